@@ -1,0 +1,37 @@
+# torchx-airflow: `make demo` runs the example pipeline, `make test` runs the whole suite.
+# Both set themselves up: a virtual environment in .venv and an Airflow home in .airflow (git-ignored).
+
+PYTHON ?= python3
+VENV ?= $(CURDIR)/.venv
+BIN := $(VENV)/bin
+export AIRFLOW_HOME ?= $(CURDIR)/.airflow
+export AIRFLOW__CORE__DAGS_FOLDER ?= $(CURDIR)/dags
+export AIRFLOW__CORE__LOAD_EXAMPLES ?= False
+# local_cwd jobs run `python` from PATH: make it the environment's interpreter.
+export PATH := $(BIN):$(PATH)
+
+.PHONY: install demo test lint clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is needed, found " + sys.version' 
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+demo: install
+	bash scripts/airflow-home.sh
+	bash scripts/demo.sh
+
+test: install
+	bash scripts/airflow-home.sh
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/python -m pip install --quiet ruff
+	$(BIN)/ruff check torchx_airflow dags tests
+
+clean:
+	rm -rf $(VENV) $(AIRFLOW_HOME)

@@ -1,0 +1,100 @@
+"""Test set-up: a private Airflow home with a SQLite metadata DB, and helpers for real DAG runs.
+
+The environment is set before Airflow is imported, so nothing the tests do touches the user's
+Airflow home. DAG runs go through the real ``airflow dags test`` command, which runs the tasks
+(and their TorchX jobs) in a child process exactly as a user's run does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+TEST_DAGS = Path(__file__).resolve().parent / "dags"
+_HOME = Path(tempfile.mkdtemp(prefix="torchx-airflow-tests-"))
+
+os.environ.update(
+    {
+        "AIRFLOW_HOME": str(_HOME),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(TEST_DAGS),
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        "AIRFLOW_CONN_TORCHX_DEFAULT": json.dumps({"conn_type": "torchx", "extra": {"scheduler": "local_cwd"}}),
+        # local_cwd jobs run `python` from PATH: the interpreter running the tests.
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+)
+AIRFLOW = str(Path(sys.executable).parent / "airflow")
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> Path:
+    """A migrated SQLite metadata DB in the private Airflow home."""
+    subprocess.run([AIRFLOW, "db", "migrate"], check=True, capture_output=True, text=True)
+    return _HOME / "airflow.db"
+
+
+@dataclass
+class DagRunResult:
+    """What one ``airflow dags test`` run left behind: its output, task states and XComs."""
+
+    returncode: int
+    output: str
+    run_id: str
+    states: dict[str, str] = field(default_factory=dict)
+    db: Path | None = None
+    dag_id: str = ""
+
+    def xcom(self, task_id: str, key: str = "return_value", map_index: int = -1) -> Any:
+        assert self.db is not None
+        with sqlite3.connect(self.db) as conn:
+            row = conn.execute(
+                "SELECT value FROM xcom WHERE dag_id=? AND run_id=? AND task_id=? AND key=? AND map_index=?",
+                (self.dag_id, self.run_id, task_id, key, map_index),
+            ).fetchone()
+        if row is None:
+            return None
+        value = json.loads(row[0])
+        return json.loads(value) if isinstance(value, str) and value[:1] in "[{" else value
+
+
+@pytest.fixture
+def run_dag(airflow_db: Path):
+    """Run a DAG from tests/dags through ``airflow dags test``; returns a ``DagRunResult``."""
+
+    def _run(dag_id: str, conf: dict[str, Any] | None = None, timeout: float = 240) -> DagRunResult:
+        cmd = [AIRFLOW, "dags", "test", dag_id]
+        if conf:
+            cmd += ["--conf", json.dumps(conf)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+        return collect_run(airflow_db, dag_id, proc.returncode, proc.stdout + proc.stderr)
+
+    return _run
+
+
+def collect_run(db: Path, dag_id: str, returncode: int, output: str) -> DagRunResult:
+    """Read the newest run of ``dag_id`` and its task states from the metadata DB."""
+    with sqlite3.connect(db) as conn:
+        row = conn.execute(
+            "SELECT run_id FROM dag_run WHERE dag_id=? ORDER BY id DESC LIMIT 1", (dag_id,)
+        ).fetchone()
+        assert row, f"no run of {dag_id} was recorded; output:\n{output[-4000:]}"
+        run_id = row[0]
+        states = {
+            (task_id if map_index < 0 else f"{task_id}[{map_index}]"): state
+            for task_id, map_index, state in conn.execute(
+                "SELECT task_id, map_index, state FROM task_instance WHERE dag_id=? AND run_id=?",
+                (dag_id, run_id),
+            )
+        }
+    return DagRunResult(returncode, output, run_id, states, db, dag_id)

@@ -1,0 +1,135 @@
+"""Real DAG runs (``airflow dags test``) launching real TorchX jobs on the local_cwd scheduler."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import AIRFLOW, REPO, collect_run
+from tests.dags.torchx_test_dags import HELLO, SECRET
+
+pytestmark = pytest.mark.integration
+
+
+def test_success_streams_job_output_and_returns_status(run_dag):
+    result = run_dag("tx_success", conf={"name": "Grace", "steps": 3})
+
+    assert result.returncode == 0, result.output[-3000:]
+    assert result.states == {"plan": "success", "run": "success"}
+    # templated params reached the job, and its output is in the task log, one prefixed line each
+    assert "[python/0] hello, Grace!" in result.output
+    for step in (1, 2, 3):
+        assert result.output.count(f"[python/0] step {step}/3") == 1
+    handle = result.xcom("run", key="app_handle")
+    assert handle.startswith("local_cwd://torchx/torchx_utils_python-")
+    value = result.xcom("run")
+    assert value["app_handle"] == handle
+    assert value["state"] == "SUCCEEDED"
+    assert value["roles"] == {"python": ["SUCCEEDED"]}
+    assert value["ui_url"].startswith("file://")
+
+
+def test_dry_run_summary_describes_the_request(run_dag):
+    result = run_dag("tx_success", conf={"name": "Ada", "steps": 1})
+
+    summary = result.xcom("plan")
+    assert summary["scheduler"] == "local_cwd"
+    assert summary["app_name"] == "torchx_utils_python"
+    (role,) = summary["roles"]
+    assert role["entrypoint"] == "python"
+    assert role["args"][-5:] == [HELLO, "--name", "Ada", "--steps", "1"]
+    assert role["num_replicas"] == 1
+    assert {"API_TOKEN", "TORCHX_JOB_ID"} <= set(role["env_names"])
+    assert set(role["resource"]) == {"cpu", "gpu", "memMB", "capabilities", "devices"}
+    assert HELLO in summary["request"]
+    assert summary["cfg"]["prepend_cwd"] is False  # resolved defaults of local_cwd's run options
+
+
+def test_env_secret_reaches_the_job_but_no_log_or_xcom(run_dag):
+    result = run_dag("tx_success", conf={"name": "Sec", "steps": 1})
+
+    assert result.states["run"] == "success"
+    assert SECRET not in result.output
+    assert "***" in result.xcom("plan")["request"]
+    assert SECRET not in json.dumps(result.xcom("plan")) + json.dumps(result.xcom("run"))
+
+
+def test_failing_job_fails_the_task_with_the_job_error(run_dag):
+    result = run_dag("tx_fail")
+
+    assert result.states == {"run": "failed"}
+    assert "[python/0] failing on request after 1 steps" in result.output
+    assert "finished in state FAILED" in result.output
+    handle = result.xcom("run", key="app_handle")  # pushed before the wait, kept on failure
+    assert handle.startswith("local_cwd://")
+
+
+def test_unknown_component_fails_before_submission(run_dag):
+    result = run_dag("tx_bad_component")
+
+    assert result.states == {"run": "failed"}
+    assert "Unknown or invalid TorchX component 'utils.no_such_component'" in result.output
+    assert result.xcom("run", key="app_handle") is None
+
+
+def test_sensor_fails_fast_on_unknown_handle(run_dag):
+    started = time.monotonic()
+    result = run_dag("tx_sensor_unknown")
+
+    assert result.states == {"wait": "failed"}
+    assert "'local_cwd://torchx/never-launched-123' is unknown to its scheduler" in result.output
+    assert "only visible from the process that launched them" in result.output
+    assert time.monotonic() - started < 60  # failed at the first poke, not at the 60 s timeout
+
+
+def _wait_for(predicate, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie has exited; only its parent's wait is missing
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+
+
+def test_killing_the_task_cancels_the_job(airflow_db, tmp_path):
+    pid_file = tmp_path / "job.pid"
+    proc = subprocess.Popen(
+        [AIRFLOW, "dags", "test", "tx_sleep", "--conf", json.dumps({"pid_file": str(pid_file)})],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        assert _wait_for(pid_file.exists, 120), "the job never started"
+        job_pid = int(pid_file.read_text())
+        assert _alive(job_pid)
+
+        killed_at = time.monotonic()
+        proc.send_signal(signal.SIGTERM)  # what Airflow sends a task it kills
+        assert _wait_for(lambda: not _alive(job_pid), 10), "job still running 10 s after the kill"
+        assert time.monotonic() - killed_at < 10
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "Task killed: cancelling TorchX app local_cwd://" in output
+    result = collect_run(airflow_db, "tx_sleep", proc.returncode, output)
+    assert result.states == {"run": "failed"}
+    assert "finished in state CANCELLED" in output

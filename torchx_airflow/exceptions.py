@@ -1,0 +1,89 @@
+"""Errors raised by the TorchX provider.
+
+Every error names the offending value and says how to fix it. Errors about bad input
+(connection, scheduler, cfg, component, handle) derive from ``AirflowFailException`` as well:
+retrying a task cannot fix its input, so Airflow fails it at once instead of burning retries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+
+class TorchXError(AirflowException):
+    """Base class of every error this provider raises."""
+
+
+class TorchXInputError(TorchXError, AirflowFailException):
+    """Bad input detected before anything was submitted; retrying would not help."""
+
+
+class TorchXConnectionError(TorchXInputError):
+    """A ``torchx`` connection is missing or its extra is malformed."""
+
+
+class TorchXConfigError(TorchXInputError):
+    """Unknown scheduler or a scheduler ``cfg`` that fails the scheduler's run options."""
+
+
+class TorchXComponentError(TorchXInputError):
+    """Unknown component, component arguments that do not parse, or an invalid ``AppDef``."""
+
+
+class TorchXAppHandleError(TorchXInputError):
+    """An app handle that is not of the form ``scheduler://session/app_id``."""
+
+    def __init__(self, app_handle: object) -> None:
+        super().__init__(
+            f"Malformed TorchX app handle: {app_handle!r}. Expected the form "
+            "'scheduler://session/app_id' (e.g. 'slurm://torchx/1234'), as pushed to XCom key "
+            "'app_handle' by TorchXOperator."
+        )
+        self.app_handle = app_handle
+
+
+class TorchXAppNotFoundError(TorchXInputError):
+    """The scheduler does not know the app (never existed, purged, or another process's local app)."""
+
+    def __init__(self, app_handle: str) -> None:
+        message = f"TorchX app {app_handle!r} is unknown to its scheduler."
+        if app_handle.startswith(("local_cwd://", "local_docker://", "local://")):
+            message += (
+                " Local apps are only visible from the process that launched them: wait on them in "
+                "the launching task (TorchXOperator with wait_for_completion=True), or use a "
+                "scheduler with its own state (e.g. slurm, kubernetes) to wait from another task."
+            )
+        else:
+            message += " Check the handle, and that the app was not purged from the scheduler's history."
+        super().__init__(message)
+        self.app_handle = app_handle
+
+
+class TorchXAppFailedError(TorchXError):
+    """The app reached a terminal state other than SUCCEEDED (FAILED, CANCELLED or UNKNOWN)."""
+
+    def __init__(
+        self,
+        app_handle: str,
+        state: str,
+        msg: str = "",
+        structured_error_msg: str = "",
+        roles: Mapping[str, list[str]] | None = None,
+    ) -> None:
+        message = f"TorchX app {app_handle} finished in state {state}"
+        if msg:
+            message += f": {msg}"
+        if structured_error_msg and structured_error_msg != "<NONE>":
+            message += f"\nstructured error: {structured_error_msg}"
+        super().__init__(message)
+        self.app_handle = app_handle
+        self.state = state
+        self.msg = msg
+        self.structured_error_msg = structured_error_msg
+        self.roles = dict(roles or {})
+
+
+class TorchXAppTerminalError(TorchXAppFailedError, AirflowFailException):
+    """The app ended other than SUCCEEDED where a retry cannot change that (a sensor's wait)."""

@@ -1,0 +1,297 @@
+"""TorchXHook: a TorchX ``Runner`` configured by an Airflow connection of type ``torchx``.
+
+Connection extra (all optional)::
+
+    {"scheduler": "slurm", "cfg": {"partition": "gpu", "time": "01:00:00"}, "trackers": ["mlflow_default"]}
+
+``scheduler`` defaults to ``local_cwd``; ``cfg`` holds the scheduler's run options and is checked
+against that scheduler's ``runopts`` before anything is submitted; ``trackers`` lists tracker
+connection ids.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseHook
+
+from torchx_airflow.apps import check_app_handle, scheduler_of
+from torchx_airflow.exceptions import TorchXConfigError, TorchXConnectionError
+
+if TYPE_CHECKING:
+    from torchx.runner import Runner
+    from torchx.specs import AppDef, AppDryRunInfo, AppStatus
+
+DEFAULT_SCHEDULER = "local_cwd"
+_CONN_EXAMPLE = 'AIRFLOW_CONN_{id}=\'{{"conn_type": "torchx", "extra": {{"scheduler": "local_cwd"}}}}\''
+
+
+@dataclass(frozen=True)
+class TorchXConnectionSettings:
+    """What a ``torchx`` connection says: the scheduler, its run options and the tracker connections."""
+
+    scheduler: str = DEFAULT_SCHEDULER
+    cfg: dict[str, Any] = field(default_factory=dict)
+    trackers: tuple[str, ...] = ()
+
+    @classmethod
+    def from_extra(cls, conn_id: str, extra: Mapping[str, Any]) -> TorchXConnectionSettings:
+        """Parse a connection's extra; UI-prefixed keys (``extra__torchx__cfg``) are accepted too."""
+
+        def get(key: str) -> Any:
+            value = extra.get(key, extra.get(f"extra__torchx__{key}"))
+            return None if value == "" else value
+
+        scheduler = get("scheduler") or DEFAULT_SCHEDULER
+        if not isinstance(scheduler, str):
+            raise TorchXConnectionError(
+                f"Connection {conn_id!r}: extra 'scheduler' must be a scheduler name such as "
+                f"'local_cwd' or 'slurm', got {scheduler!r}."
+            )
+        return cls(
+            scheduler=scheduler.strip(),
+            cfg=_parse_json_object(conn_id, "cfg", get("cfg")),
+            trackers=_parse_trackers(conn_id, get("trackers")),
+        )
+
+
+def _parse_json_object(conn_id: str, key: str, value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise TorchXConnectionError(
+                f"Connection {conn_id!r}: extra {key!r} is not valid JSON ({e}): {value!r}. "
+                'Write it as a JSON object, e.g. {"partition": "gpu"}.'
+            ) from e
+    if not isinstance(value, dict):
+        raise TorchXConnectionError(
+            f"Connection {conn_id!r}: extra {key!r} must be a JSON object of run options, got {value!r}. "
+            'Write it as e.g. {"partition": "gpu", "time": "01:00:00"}.'
+        )
+    return value
+
+
+def _parse_trackers(conn_id: str, value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = json.loads(value) if value.lstrip().startswith("[") else value.split(",")
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TorchXConnectionError(
+            f"Connection {conn_id!r}: extra 'trackers' must be a list of connection ids, got {value!r}. "
+            'Write it as e.g. ["torchx_fsspec_default", "mlflow_default"].'
+        )
+    return tuple(v.strip() for v in value if v.strip())
+
+
+@contextlib.contextmanager
+def _keep_signal_handlers() -> Iterator[None]:
+    """Restore SIGTERM/SIGINT handlers after TorchX code runs.
+
+    TorchX's local scheduler installs its own SIGTERM handler when it is created. In a task process
+    that handler would replace Airflow's, which is the one that calls ``on_kill`` to cancel the app.
+    """
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):  # not the main thread: handlers were not touched
+            for sig, handler in saved.items():
+                if handler is not None and signal.getsignal(sig) is not handler:
+                    signal.signal(sig, handler)
+
+
+class TorchXHook(BaseHook):
+    """Dry-run, schedule, watch and cancel TorchX apps on the scheduler a ``torchx`` connection names.
+
+    :param torchx_conn_id: id of a connection of type ``torchx``.
+    :param scheduler: overrides the connection's scheduler.
+    :param cfg: run options merged over the connection's ``cfg``.
+
+    Example::
+
+        hook = TorchXHook("torchx_default")
+        app = build_app_from_component("utils.echo", ["--msg", "hello"])
+        info = hook.dryrun(app)
+        handle = hook.schedule(info)
+        status = hook.wait(handle)
+    """
+
+    conn_name_attr = "torchx_conn_id"
+    default_conn_name = "torchx_default"
+    conn_type = "torchx"
+    hook_name = "TorchX"
+
+    def __init__(
+        self,
+        torchx_conn_id: str = default_conn_name,
+        *,
+        scheduler: str | None = None,
+        cfg: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.torchx_conn_id = torchx_conn_id
+        self.scheduler_override = scheduler
+        self.cfg_override = dict(cfg or {})
+
+    @cached_property
+    def settings(self) -> TorchXConnectionSettings:
+        """The connection's settings, parsed and checked (no scheduler is loaded)."""
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        try:
+            conn = self.get_connection(self.torchx_conn_id)
+        except AirflowNotFoundException as e:
+            raise TorchXConnectionError(
+                f"Connection {self.torchx_conn_id!r} is not defined. Create a connection of type 'torchx' "
+                f"with that id in the UI or as an environment variable, e.g. "
+                + _CONN_EXAMPLE.format(id=self.torchx_conn_id.upper())
+            ) from e
+        if conn.conn_type and conn.conn_type != self.conn_type:
+            self.log.warning(
+                "Connection %s has type %s, not %s; reading its extra as a torchx connection",
+                self.torchx_conn_id,
+                conn.conn_type,
+                self.conn_type,
+            )
+        return TorchXConnectionSettings.from_extra(self.torchx_conn_id, conn.extra_dejson)
+
+    @property
+    def scheduler(self) -> str:
+        """The scheduler apps are submitted to: the override, else the connection's."""
+        return (self.scheduler_override or self.settings.scheduler).strip()
+
+    @property
+    def cfg(self) -> dict[str, Any]:
+        """The run options: the connection's ``cfg`` with the override merged over it."""
+        return {**self.settings.cfg, **self.cfg_override}
+
+    @cached_property
+    def runner(self) -> Runner:
+        """The TorchX ``Runner``, created on first use; ``close()`` releases it."""
+        from torchx.runner import get_runner
+
+        with _keep_signal_handlers():
+            return get_runner()
+
+    def scheduler_names(self) -> list[str]:
+        """The schedulers TorchX knows in this environment (builtins and ``torchx.schedulers`` entry points)."""
+        from torchx.schedulers import get_scheduler_factories
+
+        return list(get_scheduler_factories())
+
+    def check_scheduler(self, scheduler: str) -> str:
+        """Return ``scheduler`` if TorchX knows it, else raise ``TorchXConfigError`` listing the known ones."""
+        known = self.scheduler_names()
+        if scheduler not in known:
+            raise TorchXConfigError(
+                f"Unknown TorchX scheduler {scheduler!r}. Use one of: {', '.join(known)} "
+                "(set it in the connection's extra 'scheduler' or the operator's 'scheduler')."
+            )
+        return scheduler
+
+    def resolve_cfg(self, scheduler: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
+        """Check ``cfg`` against the scheduler's run options and fill in defaults.
+
+        Unknown keys, values of the wrong type and missing required options raise
+        ``TorchXConfigError`` naming the option and what it takes. Strings are converted for
+        non-string options (``"true"`` for a bool, ``"a,b"`` for a list), as on the command line.
+        """
+        from torchx.specs import InvalidRunConfigException
+
+        opts = self._call(lambda: self.runner.scheduler_run_opts(self.check_scheduler(scheduler)))
+        known = dict(opts)
+        unknown = sorted(set(cfg) - set(known))
+        if unknown:
+            raise TorchXConfigError(
+                f"Unknown run option(s) {unknown} for scheduler {scheduler!r}. Valid options: "
+                f"{', '.join(sorted(known)) or '(none)'}. Remove or rename them in 'cfg'."
+            )
+        typed: dict[str, Any] = {}
+        for key, value in cfg.items():
+            if isinstance(value, str) and known[key].opt_type is not str:
+                typed.update(opts.cfg_from_str(f"{key}={value}"))
+            else:
+                typed[key] = value
+        try:
+            return opts.resolve(typed)
+        except InvalidRunConfigException as e:
+            raise TorchXConfigError(
+                f"Invalid cfg for scheduler {scheduler!r}: {e}. Run options:\n{opts}"
+            ) from e
+
+    def _call(self, fn: Any) -> Any:
+        with _keep_signal_handlers():
+            return fn()
+
+    def dryrun(
+        self,
+        app: AppDef,
+        scheduler: str | None = None,
+        cfg: Mapping[str, Any] | None = None,
+        parent_run_id: str | None = None,
+    ) -> AppDryRunInfo:
+        """What would be submitted for ``app``; the hook's scheduler and cfg unless overridden."""
+        scheduler = scheduler or self.scheduler
+        resolved = self.resolve_cfg(scheduler, self.cfg if cfg is None else cfg)
+        try:
+            return self._call(
+                lambda: self.runner.dryrun(app, scheduler, cfg=resolved, parent_run_id=parent_run_id)
+            )
+        except ValueError as e:  # TorchX's own AppDef checks: no roles, no entrypoint, 0 replicas
+            from torchx_airflow.exceptions import TorchXComponentError
+
+            raise TorchXComponentError(f"TorchX refused app {app.name!r}: {e}") from e
+
+    def schedule(self, dryrun_info: AppDryRunInfo) -> str:
+        """Submit a dry-run result; returns the app handle ``scheduler://session/app_id``."""
+        return self._call(lambda: self.runner.schedule(dryrun_info))
+
+    def status(self, app_handle: str) -> AppStatus | None:
+        """The app's status, or None if its scheduler does not know it."""
+        handle = check_app_handle(app_handle)
+        self.check_scheduler(scheduler_of(handle))
+        return self._call(lambda: self.runner.status(handle))
+
+    def wait(self, app_handle: str, wait_interval: float = 10) -> AppStatus | None:
+        """Block until the app is terminal; None if its scheduler does not know it."""
+        handle = check_app_handle(app_handle)
+        return self._call(lambda: self.runner.wait(handle, wait_interval=wait_interval))
+
+    def cancel(self, app_handle: str) -> None:
+        """Ask the scheduler to cancel the app; does nothing if it is unknown or already terminal."""
+        handle = check_app_handle(app_handle)
+        self._call(lambda: self.runner.cancel(handle))
+
+    def log_lines(self, app_handle: str, role_name: str, k: int = 0, should_tail: bool = True) -> Iterable[str]:
+        """Log lines of replica ``k`` of ``role_name`` (following the log until the app ends)."""
+        handle = check_app_handle(app_handle)
+        return self._call(lambda: self.runner.log_lines(handle, role_name, k=k, should_tail=should_tail))
+
+    def close(self) -> None:
+        """Release the runner and its schedulers. Local apps still running are terminated."""
+        if "runner" in self.__dict__:
+            self._call(self.runner.close)
+            del self.__dict__["runner"]
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Check that the scheduler exists and that ``cfg`` passes its run options; never raises."""
+        try:
+            scheduler = self.check_scheduler(self.scheduler)
+            resolved = self.resolve_cfg(scheduler, self.cfg)
+        except ImportError as e:
+            return False, f"Scheduler {self.scheduler!r} needs a package that is not installed: {e}"
+        except Exception as e:
+            return False, str(e)
+        finally:
+            self.close()
+        return True, f"Scheduler {scheduler!r} is available and cfg is valid: {resolved}"

@@ -1,0 +1,24 @@
+"""Extra links on TorchX tasks."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from airflow.sdk import BaseOperatorLink
+
+if TYPE_CHECKING:
+    from airflow.sdk import BaseOperator
+    from airflow.sdk.types import TaskInstanceKey
+
+XCOM_UI_URL = "ui_url"
+
+
+class TorchXAppLink(BaseOperatorLink):
+    """Link to the app in its scheduler's UI (or its log directory for local schedulers), when it has one."""
+
+    name = "TorchX App"
+
+    def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
+        from airflow.sdk.execution_time.xcom import XCom
+
+        return XCom.get_value(ti_key=ti_key, key=XCOM_UI_URL) or ""

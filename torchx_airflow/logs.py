@@ -1,0 +1,79 @@
+"""Streaming every role's and replica's log lines of a TorchX app into the task log.
+
+One reader thread follows each replica's log through ``Runner.log_lines(..., should_tail=True)``
+and queues its lines; the waiting thread drains the queue between status polls, so all task-log
+writes happen on one thread and each line is written once, prefixed ``[role/replica]``.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torchx_airflow.hooks.torchx import TorchXHook
+
+_DONE = object()
+
+
+class AppLogStreamer:
+    """Follows the logs of every replica of an app; ``drain()`` writes what arrived to ``log``.
+
+    :param hook: the hook that launched (or can see) the app.
+    :param app_handle: the app's handle.
+    :param replicas: role name -> number of replicas.
+    :param log: where lines go (the task's logger).
+    """
+
+    def __init__(self, hook: TorchXHook, app_handle: str, replicas: Mapping[str, int], log: Any) -> None:
+        self._hook = hook
+        self._app_handle = app_handle
+        self._replicas = dict(replicas)
+        self._log = log
+        self._lines: queue.Queue[Any] = queue.Queue()
+        self._threads: list[threading.Thread] = []
+        self.line_count = 0
+
+    def start(self) -> AppLogStreamer:
+        for role, count in self._replicas.items():
+            for k in range(count):
+                thread = threading.Thread(
+                    target=self._follow, args=(role, k), name=f"torchx-log-{role}-{k}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
+        return self
+
+    def _follow(self, role: str, k: int) -> None:
+        prefix = f"[{role}/{k}]"
+        try:
+            for chunk in self._hook.log_lines(self._app_handle, role, k, should_tail=True):
+                for line in chunk.splitlines():
+                    self._lines.put((prefix, line))
+        except Exception as e:  # logs are best effort: the app's status decides the task's outcome
+            self._lines.put((prefix, f"<log stream ended: {e}>"))
+        finally:
+            self._lines.put(_DONE)
+
+    def drain(self, timeout: float = 0.0) -> None:
+        """Write queued lines; wait up to ``timeout`` seconds for the first one."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                item = self._lines.get(timeout=remaining) if remaining > 0 else self._lines.get_nowait()
+            except queue.Empty:
+                return
+            if item is not _DONE:
+                self._log.info("%s %s", *item)
+                self.line_count += 1
+
+    def finish(self, timeout: float = 30.0) -> None:
+        """After the app is terminal: let readers reach the end of the logs, then write the rest."""
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self.drain()

@@ -1,0 +1,253 @@
+"""Operators that dry-run and run TorchX apps.
+
+``TorchXDryRunOperator`` shows exactly what would be submitted; ``TorchXOperator`` submits it,
+pushes the app handle to XCom the moment it exists, and waits while streaming the app's logs.
+Importing this module imports no TorchX scheduler, MLflow, s3fs or docker module.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from torchx_airflow.apps import (
+    SUCCEEDED,
+    build_app_from_component,
+    normalize_component_args,
+    role_replicas,
+    summarize_dryrun,
+    summarize_status,
+)
+from torchx_airflow.exceptions import (
+    TorchXAppFailedError,
+    TorchXAppNotFoundError,
+    TorchXComponentError,
+    TorchXConfigError,
+)
+from torchx_airflow.hooks.torchx import TorchXHook
+from torchx_airflow.links.torchx import XCOM_UI_URL, TorchXAppLink
+
+if TYPE_CHECKING:
+    import jinja2
+    from airflow.sdk import Context
+    from torchx.specs import AppDef, AppDryRunInfo, AppStatus
+
+XCOM_APP_HANDLE = "app_handle"
+_IN_PROCESS_SCHEDULERS = ("local_cwd", "local_docker")
+
+
+class TorchXDryRunOperator(BaseOperator):
+    """Dry-run a TorchX app: log the scheduler's request and return a JSON-safe summary of it.
+
+    Give either a component with its arguments, exactly as on the ``torchx run`` command line,
+    or an ``AppDef``::
+
+        TorchXDryRunOperator(
+            task_id="plan",
+            component="utils.python",
+            component_args=["--script", "dags/jobs/train.py", "--", "--lr", "{{ params.lr }}"],
+        )
+
+    :param component: builtin (``utils.python``), ``path/file.py:function`` or entry-point component.
+    :param component_args: the component's arguments (a list, or one string split like a shell would).
+    :param app: a ``torchx.specs.AppDef`` instead of a component; its roles' args, env and
+        entrypoint are templated.
+    :param scheduler: overrides the connection's scheduler.
+    :param cfg: scheduler run options merged over the connection's ``cfg``.
+    :param env: environment variables added to every role.
+    :param torchx_conn_id: the ``torchx`` connection (scheduler, cfg, trackers).
+    """
+
+    template_fields: Sequence[str] = (
+        "component",
+        "component_args",
+        "app",
+        "scheduler",
+        "cfg",
+        "env",
+        "torchx_conn_id",
+    )
+    template_fields_renderers = {"cfg": "json", "env": "json", "component_args": "py"}
+    ui_color = "#ee4c2c"
+
+    def __init__(
+        self,
+        *,
+        component: str | None = None,
+        component_args: str | Sequence[Any] | None = None,
+        app: AppDef | None = None,
+        scheduler: str | None = None,
+        cfg: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+        torchx_conn_id: str = TorchXHook.default_conn_name,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if (component is None) == (app is None):
+            raise TorchXComponentError(
+                f"Task {kwargs.get('task_id')!r}: give exactly one of 'component' (e.g. "
+                "component='utils.python', component_args=['--script', 'train.py']) or 'app' (an AppDef); "
+                f"got component={component!r} and app={'an AppDef' if app is not None else None}."
+            )
+        self.component = component
+        self.component_args = component_args
+        self.app = app
+        self.scheduler = scheduler
+        self.cfg = dict(cfg or {})
+        self.env = dict(env or {})
+        self.torchx_conn_id = torchx_conn_id
+
+    @cached_property
+    def hook(self) -> TorchXHook:
+        """The hook for this task's connection, with the task's scheduler and cfg overrides."""
+        return TorchXHook(self.torchx_conn_id, scheduler=self.scheduler or None, cfg=self.cfg)
+
+    def render_template_fields(self, context: Context, jinja_env: jinja2.Environment | None = None) -> None:
+        # Rendering an AppDef mutates it: work on this task's own copy, never the DAG file's object.
+        self.app = copy.deepcopy(self.app)
+        super().render_template_fields(context, jinja_env)
+
+    def _render_nested_template_fields(
+        self, value: Any, context: Context, jinja_env: jinja2.Environment, seen_oids: set[int]
+    ) -> None:
+        from torchx.specs import AppDef
+
+        if not isinstance(value, AppDef):
+            return super()._render_nested_template_fields(value, context, jinja_env, seen_oids)
+        for role in value.roles:
+            role.entrypoint = self.render_template(role.entrypoint, context, jinja_env, seen_oids)
+            role.args = self.render_template(list(role.args), context, jinja_env, seen_oids)
+            role.env = self.render_template(dict(role.env), context, jinja_env, seen_oids)
+
+    def build_app(self) -> AppDef:
+        """The ``AppDef`` to run: the materialized component or a copy of ``app``, plus ``env``."""
+        if self.component is not None:
+            app = build_app_from_component(self.component, normalize_component_args(self.component_args))
+        else:
+            app = copy.deepcopy(self.app)
+        for role in app.roles:
+            role.env = {**role.env, **{str(k): str(v) for k, v in self.env.items()}}
+        return app
+
+    def dryrun(self, app: AppDef) -> tuple[AppDryRunInfo, dict[str, Any]]:
+        """Dry-run ``app`` through the hook; log the request and return it with its summary."""
+        info = self.hook.dryrun(app)
+        summary = summarize_dryrun(info, app, self.hook.scheduler, info._cfg)
+        self.log.info(
+            "TorchX dry run of app %s on scheduler %s:\n%s", app.name, summary["scheduler"], summary["request"]
+        )
+        return info, summary
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        try:
+            return self.dryrun(self.build_app())[1]
+        finally:
+            self.hook.close()
+
+
+class TorchXOperator(TorchXDryRunOperator):
+    """Run a TorchX app: dry run, submit, and (by default) wait while streaming its logs.
+
+    The app handle ``scheduler://session/app_id`` goes to XCom key ``app_handle`` as soon as the
+    app is submitted. The return value is ``{app_handle, state, msg, structured_error_msg,
+    num_restarts, ui_url, roles: {role: [replica states]}}``; the task fails with
+    ``TorchXAppFailedError`` unless the app SUCCEEDED. Killing the task cancels the app.
+
+    :param wait_for_completion: wait until the app is terminal (default). With False the task
+        returns after submission; a ``TorchXAppSensor`` can wait on the handle instead.
+    :param poll_interval: seconds between status checks while waiting.
+    :param stream_logs: write every replica's log lines into the task log, prefixed ``[role/replica]``.
+
+    Other parameters are those of :class:`TorchXDryRunOperator`.
+    """
+
+    operator_extra_links = (TorchXAppLink(),)
+
+    def __init__(
+        self,
+        *,
+        wait_for_completion: bool = True,
+        poll_interval: float = 5.0,
+        stream_logs: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if poll_interval <= 0:
+            raise TorchXConfigError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}.")
+        self.wait_for_completion = wait_for_completion
+        self.poll_interval = poll_interval
+        self.stream_logs = stream_logs
+        self._app_handle: str | None = None
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        try:
+            self._check_waitable()
+            app = self.build_app()
+            info, _ = self.dryrun(app)
+            app_handle = self.submit(info, context)
+            if not self.wait_for_completion:
+                return self.result(app_handle, self.hook.status(app_handle), app, context)
+            return self.result(app_handle, self.wait(app_handle, app), app, context)
+        finally:
+            self.hook.close()
+
+    def _check_waitable(self) -> None:
+        if not self.wait_for_completion and self.hook.scheduler in _IN_PROCESS_SCHEDULERS:
+            raise TorchXConfigError(
+                f"wait_for_completion=False cannot be used with scheduler {self.hook.scheduler!r}: its apps "
+                "live in the launching task's process and end with it. Keep wait_for_completion=True, or "
+                "use a scheduler with its own state (slurm, kubernetes, ...) to wait from another task."
+            )
+
+    def submit(self, info: AppDryRunInfo, context: Context) -> str:
+        """Submit the dry-run result; remember and publish the handle at once."""
+        app_handle = self.hook.schedule(info)
+        self._app_handle = app_handle
+        context["ti"].xcom_push(key=XCOM_APP_HANDLE, value=app_handle)
+        self.log.info("Submitted TorchX app %s", app_handle)
+        return app_handle
+
+    def wait(self, app_handle: str, app: AppDef) -> AppStatus:
+        """Poll until the app is terminal, streaming its logs meanwhile."""
+        from torchx_airflow.logs import AppLogStreamer
+
+        streamer = AppLogStreamer(self.hook, app_handle, role_replicas(app), self.log)
+        if self.stream_logs:
+            streamer.start()
+        while True:
+            status = self.hook.status(app_handle)
+            if status is None:
+                raise TorchXAppNotFoundError(app_handle)
+            if status.is_terminal():
+                break
+            streamer.drain(timeout=self.poll_interval)
+        if self.stream_logs:
+            streamer.finish()
+        return status
+
+    def result(
+        self, app_handle: str, status: AppStatus | None, app: AppDef, context: Context
+    ) -> dict[str, Any]:
+        """The task's return value; raises ``TorchXAppFailedError`` for a terminal state but SUCCEEDED."""
+        if status is None:
+            raise TorchXAppNotFoundError(app_handle)
+        result = summarize_status(app_handle, status, app)
+        if result["ui_url"]:
+            context["ti"].xcom_push(key=XCOM_UI_URL, value=result["ui_url"])
+        self.log.info("TorchX app %s is %s %s", app_handle, result["state"], result["msg"])
+        if status.is_terminal() and result["state"] != SUCCEEDED:
+            raise TorchXAppFailedError(
+                app_handle, result["state"], result["msg"], result["structured_error_msg"], result["roles"]
+            )
+        return result
+
+    def on_kill(self) -> None:
+        """Cancel the app when the task is killed (marked failed, cleared, or timed out)."""
+        if self._app_handle is None:
+            return
+        self.log.info("Task killed: cancelling TorchX app %s", self._app_handle)
+        self.hook.cancel(self._app_handle)
