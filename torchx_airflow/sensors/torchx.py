@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
@@ -42,13 +43,17 @@ class TorchXAppSensor(BaseSensorOperator):
         self.app_handle = app_handle
         self.torchx_conn_id = torchx_conn_id
 
+    @cached_property
+    def hook(self) -> TorchXHook:
+        """The hook the sensor asks for the app's status."""
+        return TorchXHook(self.torchx_conn_id)
+
     def poke(self, context: Context) -> PokeReturnValue:
         app_handle = check_app_handle(self.app_handle)
-        hook = TorchXHook(self.torchx_conn_id)
         try:
-            status = hook.status(app_handle)
+            status = self.hook.status(app_handle)
         finally:
-            hook.close()
+            self.hook.close()
         if status is None:
             raise TorchXAppNotFoundError(app_handle)
         self.log.info("TorchX app %s is %s", app_handle, status.state.name)

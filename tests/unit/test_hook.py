@@ -1,0 +1,124 @@
+"""TorchXHook: connection parsing, scheduler and cfg checks against TorchX's real runopts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from torchx_airflow.exceptions import TorchXConfigError, TorchXConnectionError, TorchXInputError
+from torchx_airflow.hooks.torchx import TorchXConnectionSettings, TorchXHook
+
+
+def _conn(monkeypatch, conn_id: str, extra: dict | str) -> None:
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{conn_id.upper()}",
+        json.dumps({"conn_type": "torchx", "extra": extra if isinstance(extra, dict) else json.loads(extra)}),
+    )
+
+
+def test_settings_defaults_to_local_cwd():
+    settings = TorchXConnectionSettings.from_extra("c", {})
+    assert settings == TorchXConnectionSettings(scheduler="local_cwd", cfg={}, trackers=())
+
+
+def test_settings_accepts_ui_prefixed_keys_and_json_strings():
+    settings = TorchXConnectionSettings.from_extra(
+        "c",
+        {"extra__torchx__scheduler": "slurm", "cfg": '{"partition": "gpu"}', "trackers": "fs_a, ml_b"},
+    )
+    assert settings.scheduler == "slurm"
+    assert settings.cfg == {"partition": "gpu"}
+    assert settings.trackers == ("fs_a", "ml_b")
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        ({"cfg": "{not json"}, "extra 'cfg' is not valid JSON"),
+        ({"cfg": ["a"]}, "extra 'cfg' must be a JSON object"),
+        ({"trackers": {"a": 1}}, "extra 'trackers' must be a list of connection ids"),
+        ({"scheduler": 3}, "extra 'scheduler' must be a scheduler name"),
+    ],
+)
+def test_settings_reject_malformed_extra(extra, fragment):
+    with pytest.raises(TorchXConnectionError, match=fragment) as err:
+        TorchXConnectionSettings.from_extra("my_conn", extra)
+    assert "'my_conn'" in str(err.value)
+    assert isinstance(err.value, TorchXInputError)
+
+
+def test_missing_connection_names_the_id_and_the_fix():
+    hook = TorchXHook("no_such_torchx_conn")
+    with pytest.raises(TorchXConnectionError) as err:
+        hook.settings
+    assert "'no_such_torchx_conn' is not defined" in str(err.value)
+    assert "AIRFLOW_CONN_NO_SUCH_TORCHX_CONN=" in str(err.value)
+
+
+def test_overrides_win_over_the_connection(monkeypatch):
+    _conn(monkeypatch, "tx_over", {"scheduler": "slurm", "cfg": {"partition": "a", "time": "1:00"}})
+    hook = TorchXHook("tx_over", scheduler="local_cwd", cfg={"partition": "b"})
+    assert hook.scheduler == "local_cwd"
+    assert hook.cfg == {"partition": "b", "time": "1:00"}
+
+
+def test_unknown_scheduler_lists_the_known_ones(monkeypatch):
+    _conn(monkeypatch, "tx_bad_sched", {"scheduler": "slurmm"})
+    with pytest.raises(TorchXConfigError, match="Unknown TorchX scheduler 'slurmm'. Use one of: .*slurm"):
+        TorchXHook("tx_bad_sched").resolve_cfg("slurmm", {})
+
+
+def test_resolve_cfg_fills_defaults_and_converts_strings():
+    hook = TorchXHook()
+    resolved = hook.resolve_cfg("local_cwd", {"prepend_cwd": "true", "log_dir": "/tmp/x"})
+    assert resolved["prepend_cwd"] is True
+    assert resolved["log_dir"] == "/tmp/x"
+    assert resolved["auto_set_cuda_visible_devices"] is False
+
+
+def test_resolve_cfg_rejects_unknown_option_with_valid_ones():
+    with pytest.raises(TorchXConfigError) as err:
+        TorchXHook().resolve_cfg("local_cwd", {"partitionn": "gpu"})
+    assert "Unknown run option(s) ['partitionn'] for scheduler 'local_cwd'" in str(err.value)
+    assert "log_dir" in str(err.value)
+
+
+def test_resolve_cfg_rejects_wrong_type():
+    with pytest.raises(TorchXConfigError, match="Invalid cfg for scheduler 'local_cwd'.*prepend_cwd"):
+        TorchXHook().resolve_cfg("local_cwd", {"prepend_cwd": ["yes"]})
+
+
+def test_resolve_cfg_rejects_missing_required_option():
+    with pytest.raises(TorchXConfigError, match="Required run option: queue"):
+        TorchXHook().resolve_cfg("kubernetes", {})
+
+
+def test_slurm_cfg_checked_against_slurm_runopts():
+    resolved = TorchXHook().resolve_cfg("slurm", {"partition": "debug", "time": "0:10:00"})
+    assert resolved["partition"] == "debug"
+    with pytest.raises(TorchXConfigError, match="'slurm'"):
+        TorchXHook().resolve_cfg("slurm", {"queue": "x"})
+
+
+def test_test_connection_reports_success_and_failures_without_raising(monkeypatch):
+    _conn(monkeypatch, "tx_ok", {"scheduler": "local_cwd", "cfg": {"prepend_cwd": True}})
+    ok, message = TorchXHook("tx_ok").test_connection()
+    assert ok, message
+    assert "'local_cwd' is available" in message
+
+    _conn(monkeypatch, "tx_bad_cfg", {"scheduler": "local_cwd", "cfg": {"nope": 1}})
+    ok, message = TorchXHook("tx_bad_cfg").test_connection()
+    assert not ok
+    assert "Unknown run option(s) ['nope']" in message
+
+    ok, message = TorchXHook("tx_missing_entirely").test_connection()
+    assert not ok
+    assert "is not defined" in message
+
+
+def test_hook_contract_attributes():
+    assert TorchXHook.conn_name_attr == "torchx_conn_id"
+    assert TorchXHook.default_conn_name == "torchx_default"
+    assert TorchXHook.conn_type == "torchx"
+    assert TorchXHook.hook_name == "TorchX"

@@ -1,0 +1,143 @@
+"""Operators and sensor in-process: bad input is refused before submission, AppDefs are templated,
+and the sensor judges real finished local_cwd apps."""
+
+from __future__ import annotations
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+from torchx.components.utils import echo, python
+
+from tests.dags.torchx_test_dags import HELLO
+from torchx_airflow.exceptions import (
+    TorchXAppHandleError,
+    TorchXAppTerminalError,
+    TorchXComponentError,
+    TorchXConfigError,
+)
+from torchx_airflow.hooks.torchx import TorchXHook
+from torchx_airflow.operators.torchx import TorchXDryRunOperator, TorchXOperator
+from torchx_airflow.sensors.torchx import TorchXAppSensor
+
+
+class RecordingTI:
+    """Stands in for Airflow's task instance: records XCom pushes (nothing may be pushed on bad input)."""
+
+    def __init__(self) -> None:
+        self.pushed: dict[str, object] = {}
+
+    def xcom_push(self, key: str, value: object) -> None:
+        self.pushed[key] = value
+
+
+def _execute(op):
+    ti = RecordingTI()
+    try:
+        return op.execute({"ti": ti}), ti
+    except Exception as e:
+        e.ti = ti  # type: ignore[attr-defined]
+        raise
+
+
+def test_component_and_app_are_mutually_exclusive():
+    with pytest.raises(TorchXComponentError, match="give exactly one of 'component'"):
+        TorchXOperator(task_id="t")
+    with pytest.raises(TorchXComponentError, match="give exactly one of 'component'"):
+        TorchXOperator(task_id="t", component="utils.echo", app=echo(msg="x"))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"component": "utils.nope"}, "Unknown or invalid TorchX component 'utils.nope'"),
+        ({"component": "utils.echo", "component_args": ["--no-such-flag"]}, "do not parse for component"),
+        ({"component": "utils.echo", "component_args": [{"a": 1}]}, "component_args item {'a': 1}"),
+        ({"component": "utils.echo", "scheduler": "nope_sched"}, "Unknown TorchX scheduler 'nope_sched'"),
+        ({"component": "utils.echo", "cfg": {"bogus": 1}}, "Unknown run option(s) ['bogus']"),
+        ({"app": echo(msg="x", num_replicas=0)}, "TorchX refused app"),
+    ],
+)
+def test_bad_input_fails_before_anything_is_submitted(kwargs, fragment):
+    op = TorchXOperator(task_id="t", **kwargs)
+    with pytest.raises((TorchXComponentError, TorchXConfigError)) as err:
+        _execute(op)
+    assert fragment in str(err.value)
+    assert isinstance(err.value, AirflowFailException)  # no retry burns on bad input
+    assert err.value.ti.pushed == {}  # type: ignore[attr-defined]
+
+
+def test_bad_component_args_show_the_component_usage():
+    op = TorchXDryRunOperator(task_id="t", component="utils.echo", component_args="--msgg hi")
+    with pytest.raises(TorchXComponentError) as err:
+        _execute(op)
+    assert "['--msgg', 'hi']" in str(err.value)
+    assert "usage:" in str(err.value)
+
+
+def test_local_cwd_without_waiting_is_refused():
+    op = TorchXOperator(task_id="t", component="utils.echo", wait_for_completion=False)
+    with pytest.raises(TorchXConfigError, match="wait_for_completion=False cannot be used with scheduler 'local_cwd'"):
+        _execute(op)
+
+
+def test_appdef_args_env_and_entrypoint_are_templated_on_a_copy():
+    app = python("--lr", "{{ params.lr }}", script="{{ params.script }}")
+    app.roles[0].env["RUN"] = "{{ run_id }}"
+    op = TorchXDryRunOperator(task_id="t", app=app)
+    op.render_template_fields({"params": {"lr": 0.25, "script": HELLO}, "run_id": "r1"})
+
+    role = op.app.roles[0]
+    assert role.args[-3:] == [HELLO, "--lr", "0.25"]
+    assert role.env["RUN"] == "r1"
+    assert app.roles[0].args[-1] == "{{ params.lr }}"  # the DAG file's AppDef is untouched
+
+
+def test_dry_run_of_an_appdef_summarizes_it():
+    op = TorchXDryRunOperator(task_id="t", app=echo(msg="hi", num_replicas=2), env={"MODE": "test"})
+    summary, ti = _execute(op)
+    (role,) = summary["roles"]
+    assert role["num_replicas"] == 2
+    assert role["args"] == ["hi"]
+    assert "MODE" in role["env_names"]
+    assert ti.pushed == {}
+
+
+def _finished_app(hook: TorchXHook, *args: str) -> str:
+    op = TorchXOperator(task_id="launch", component="utils.python", component_args=["--script", HELLO, "--", *args])
+    op.__dict__["hook"] = hook
+    info, _ = op.dryrun(op.build_app())
+    handle = hook.schedule(info)
+    hook.wait(handle, wait_interval=0.2)
+    return handle
+
+
+def test_sensor_succeeds_on_a_succeeded_app_and_returns_its_status():
+    hook = TorchXHook()
+    handle = _finished_app(hook, "--steps", "1")
+    sensor = TorchXAppSensor(task_id="wait", app_handle=handle)
+    sensor.__dict__["hook"] = hook  # local_cwd apps are only visible to the runner that launched them
+    result = sensor.poke({})
+    assert result.is_done
+    assert result.xcom_value["state"] == "SUCCEEDED"
+    assert result.xcom_value["app_handle"] == handle
+
+
+def test_sensor_fails_without_retry_on_a_failed_app():
+    hook = TorchXHook()
+    handle = _finished_app(hook, "--steps", "1", "--fail")
+    sensor = TorchXAppSensor(task_id="wait", app_handle=handle)
+    sensor.__dict__["hook"] = hook
+    with pytest.raises(TorchXAppTerminalError, match="finished in state FAILED") as err:
+        sensor.poke({})
+    assert err.value.state == "FAILED"
+    assert isinstance(err.value, AirflowFailException)  # honours soft_fail
+
+
+@pytest.mark.parametrize("handle", ["not-a-handle", "local_cwd:/x/y", "", 42])
+def test_sensor_rejects_malformed_handles(handle):
+    with pytest.raises(TorchXAppHandleError, match="Malformed TorchX app handle"):
+        TorchXAppSensor(task_id="wait", app_handle=handle).poke({})
+
+
+def test_template_fields_cover_the_documented_inputs():
+    assert {"component", "component_args", "app", "scheduler", "cfg", "env"} <= set(TorchXOperator.template_fields)
+    assert "app_handle" in TorchXAppSensor.template_fields

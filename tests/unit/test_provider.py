@@ -1,0 +1,52 @@
+"""The provider as Airflow sees it, and what importing it costs a DAG file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import AIRFLOW
+from torchx_airflow.get_provider_info import get_provider_info
+
+HEAVY = ("torchx.schedulers.", "torchx.runner", "mlflow", "s3fs", "docker", "kubernetes", "boto3")
+
+
+def test_importing_operators_loads_no_scheduler_or_backend_library():
+    code = (
+        "import json, sys\n"
+        "import torchx_airflow.operators.torchx, torchx_airflow.sensors.torchx, torchx_airflow.hooks.torchx\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    modules = json.loads(out.strip().splitlines()[-1])
+    heavy = [m for m in modules if m.startswith(HEAVY) or m in ("torchx.specs", "torchx.components")]
+    assert heavy == []
+
+
+def test_provider_info_lists_every_class_and_they_import():
+    import importlib
+
+    info = get_provider_info()
+    assert info["package-name"] == "torchx-airflow"
+    (conn,) = info["connection-types"]
+    assert conn["connection-type"] == "torchx"
+    assert set(conn["conn-fields"]) == {"scheduler", "cfg", "trackers"}
+    paths = [conn["hook-class-name"], *info["extra-links"]]
+    for path in paths:
+        module, _, name = path.rpartition(".")
+        assert hasattr(importlib.import_module(module), name), path
+    for kind in ("hooks", "operators", "sensors"):
+        for module in info[kind][0]["python-modules"]:
+            importlib.import_module(module)
+
+
+def test_airflow_lists_the_provider_and_its_connection_type():
+    providers = subprocess.run(
+        [AIRFLOW, "providers", "list", "-o", "json"], check=True, capture_output=True, text=True
+    ).stdout
+    assert "torchx-airflow" in providers
+    conns = subprocess.run(
+        [AIRFLOW, "providers", "hooks", "-o", "json"], check=True, capture_output=True, text=True
+    ).stdout
+    assert "torchx_airflow.hooks.torchx.TorchXHook" in conns
