@@ -1,0 +1,44 @@
+"""Inline tracker configuration: the JSON in ``TORCHX_TRACKER_<NAME>_CONFIG``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+
+class TrackerConfigError(ValueError):
+    """A tracker configuration that is missing, not JSON, or has a bad key or value."""
+
+
+def parse_config(
+    kind: str, config: str | Mapping[str, Any] | None, required: tuple[str, ...], optional: tuple[str, ...]
+) -> dict[str, Any]:
+    """Parse and check a tracker's inline JSON config.
+
+    >>> parse_config("fsspec", '{"root": "memory://t"}', ("root",), ("storage_options",))
+    {'root': 'memory://t'}
+    """
+    example = json.dumps({key: f"<{key}>" for key in required})
+    if config is None or (isinstance(config, str) and not config.strip()):
+        raise TrackerConfigError(
+            f"The {kind} tracker needs a config: set TORCHX_TRACKER_<NAME>_CONFIG to JSON such as {example}."
+        )
+    if isinstance(config, str):
+        try:
+            config = json.loads(config)
+        except json.JSONDecodeError as e:
+            raise TrackerConfigError(
+                f"The {kind} tracker config is not valid JSON ({e}): {config!r}. Expected e.g. {example}."
+            ) from e
+    if not isinstance(config, Mapping):
+        raise TrackerConfigError(f"The {kind} tracker config must be a JSON object such as {example}, got {config!r}.")
+    unknown = sorted(set(config) - set(required) - set(optional))
+    if unknown:
+        raise TrackerConfigError(
+            f"Unknown key(s) {unknown} in the {kind} tracker config. Allowed: {sorted(required + optional)}."
+        )
+    missing = [key for key in required if not config.get(key)]
+    if missing:
+        raise TrackerConfigError(f"The {kind} tracker config is missing {missing}. Expected e.g. {example}.")
+    return dict(config)
