@@ -14,11 +14,11 @@ export PATH := $(BIN):$(PATH)
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml tracker/pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is needed, found " + sys.version' 
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e './tracker[mlflow,s3]' -e '.[test]'
 	touch $@
 
 demo: install
@@ -31,7 +31,7 @@ test: install
 
 lint: install
 	$(BIN)/python -m pip install --quiet ruff
-	$(BIN)/ruff check torchx_airflow dags tests
+	$(BIN)/ruff check torchx_airflow tracker dags tests
 
 clean:
 	rm -rf $(VENV) $(AIRFLOW_HOME)

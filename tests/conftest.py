@@ -98,3 +98,24 @@ def collect_run(db: Path, dag_id: str, returncode: int, output: str) -> DagRunRe
             )
         }
     return DagRunResult(returncode, output, run_id, states, db, dag_id)
+
+
+@pytest.fixture(scope="session")
+def mlflow_uri(tmp_path_factory) -> str:
+    """A real MLflow tracking server on loopback for the whole session."""
+    from tests.services import mlflow_server
+
+    with mlflow_server(tmp_path_factory.mktemp("mlflow")) as uri:
+        yield uri
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory) -> str:
+    """moto's S3 server on loopback for the whole session; credentials are moto's test ones."""
+    from tests.services import moto_s3_server
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    with moto_s3_server(tmp_path_factory.mktemp("moto")) as endpoint:
+        yield endpoint

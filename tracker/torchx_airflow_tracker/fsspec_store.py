@@ -196,6 +196,20 @@ class FsspecStore(TrackerBase):
             depth,
         )
 
+    def reindex(self) -> int:
+        """Write the descendants index from every run's sources; returns the edges written.
+
+        Needed once for stores written by TorchX's own FsspecTracker, whose stable release does
+        not write the reverse edge. Idempotent.
+        """
+        written = 0
+        for run_id in self.run_ids():
+            for source_id, names in self._edges(run_id, SOURCES).items():
+                for name in names:
+                    self._merge_edge(self._edge_file(source_id, DESCENDANTS, run_id), name)
+                    written += 1
+        return written
+
     def run_ids(self, **kwargs: str) -> Iterable[str]:
         parent_run_id = kwargs.pop("parent_run_id", None)
         if kwargs:

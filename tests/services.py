@@ -1,0 +1,76 @@
+"""Servers the tests start on loopback and stop afterwards: an MLflow tracking server (SQLite
+backend) and moto's S3 server. Started by the tests themselves, so a clean checkout needs nothing
+running beforehand."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        with contextlib.suppress(OSError):
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        time.sleep(0.3)
+    raise RuntimeError(f"{url} not up after {timeout} s:\n{log.read_text()[-3000:]}")
+
+
+@contextlib.contextmanager
+def _server(cmd: list[str], ready_url: str, workdir: Path) -> Iterator[None]:
+    log = workdir / "server.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True)
+    try:
+        _wait_http(ready_url, proc, log)
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 15)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+
+
+@contextlib.contextmanager
+def mlflow_server(workdir: Path) -> Iterator[str]:
+    """``mlflow server`` with a SQLite backend on a free loopback port; yields its http URI."""
+    port = free_port()
+    uri = f"http://127.0.0.1:{port}"
+    cmd = [
+        str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "2",
+        "--backend-store-uri", f"sqlite:///{workdir}/mlflow.db",
+        "--default-artifact-root", str(workdir / "artifacts"),
+    ]  # fmt: skip
+    with _server(cmd, f"{uri}/health", workdir):
+        yield uri
+
+
+@contextlib.contextmanager
+def moto_s3_server(workdir: Path) -> Iterator[str]:
+    """moto's S3 server on a free loopback port; yields its endpoint URL."""
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    with _server([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)], f"{endpoint}/moto-api/", workdir):
+        yield endpoint

@@ -1,0 +1,3 @@
+from torchx_airflow_tracker.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,104 @@
+"""``torchx-airflow-tracker`` (or ``python -m torchx_airflow_tracker``): inspect a tracker store.
+
+    torchx-airflow-tracker --fsspec s3://bucket/tracker show 'slurm://torchx/1234'
+    torchx-airflow-tracker --mlflow http://127.0.0.1:5000 lineage 'slurm://torchx/1234' --format mermaid
+    torchx-airflow-tracker list --parent 'slurm://torchx/1200'
+
+Without --fsspec/--mlflow the store comes from the job environment (TORCHX_TRACKERS and
+TORCHX_TRACKER_<NAME>_CONFIG), the first one configured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from torchx.tracker.api import TrackerBase
+
+
+def _store(args: argparse.Namespace) -> TrackerBase:
+    if args.fsspec:
+        from torchx_airflow_tracker.fsspec_store import FsspecStore
+
+        return FsspecStore(args.fsspec, json.loads(args.storage_options) if args.storage_options else None)
+    if args.mlflow:
+        from torchx_airflow_tracker.mlflow_store import MlflowStore
+
+        return MlflowStore(args.mlflow, args.experiment)
+    from torchx.tracker.api import trackers_from_environ
+
+    stores = list(trackers_from_environ())
+    if not stores:
+        raise SystemExit("No store given: pass --fsspec URL or --mlflow URI, or set TORCHX_TRACKERS.")
+    return stores[0]
+
+
+def _show(store: TrackerBase, run_id: str, depth: int) -> dict[str, Any]:
+    lineage = store.lineage(run_id, depth=depth)  # type: ignore[call-arg]
+    return {
+        "run_id": run_id,
+        "metadata": dict(store.metadata(run_id)),
+        "artifacts": {n: {"path": a.path, "metadata": a.metadata} for n, a in store.artifacts(run_id).items()},
+        "parents": [e.to_dict() for e in lineage.parents],
+        "descendants": [e.to_dict() for e in lineage.descendants],
+    }
+
+
+def _show_text(info: dict[str, Any]) -> str:
+    lines = [f"run {info['run_id']}", "metadata:"]
+    lines += [f"  {k} = {json.dumps(v, default=str)}" for k, v in sorted(info["metadata"].items())]
+    lines.append("artifacts:")
+    lines += [f"  {n}: {a['path']}" + (f" {json.dumps(a['metadata'])}" if a["metadata"] else "")
+              for n, a in sorted(info["artifacts"].items())]  # fmt: skip
+    for title, key, other in (("parents", "parents", "source"), ("descendants", "descendants", "run")):
+        lines.append(f"{title}:")
+        lines += [f"  {e[other]}" + (f" [{', '.join(n for n in e['artifact_names'] if n)}]" if any(e["artifact_names"]) else "")
+                  for e in info[key]]  # fmt: skip
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="torchx-airflow-tracker", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--fsspec", metavar="URL", help="an fsspec store root (path, file://, s3://, ...)")
+    parser.add_argument("--storage-options", metavar="JSON", help="fsspec storage options as JSON")
+    parser.add_argument("--mlflow", metavar="URI", help="an MLflow tracking URI")
+    parser.add_argument("--experiment", default="torchx", help="MLflow experiment (default: torchx)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    show = sub.add_parser("show", help="a run's metadata, artifacts, parents and descendants")
+    show.add_argument("run_id")
+    show.add_argument("--format", choices=["text", "json"], default="text")
+    lineage = sub.add_parser("lineage", help="a run's lineage graph, up and down")
+    lineage.add_argument("run_id")
+    lineage.add_argument("--format", choices=["text", "json", "mermaid"], default="text")
+    for p in (show, lineage):
+        p.add_argument("--depth", type=int, default=10, help="hops to follow each way (default: 10)")
+    runs = sub.add_parser("list", help="run ids in the store")
+    runs.add_argument("--parent", help="only the runs that have this run as a source")
+    sub.add_parser("reindex", help="fsspec: rebuild the descendants index (for stores TorchX itself wrote)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    store = _store(args)
+    if args.command == "list":
+        kwargs = {"parent_run_id": args.parent} if args.parent else {}
+        print("\n".join(store.run_ids(**kwargs)))
+    elif args.command == "reindex":
+        if not hasattr(store, "reindex"):
+            raise SystemExit(f"{store!r} keeps no descendants index: nothing to rebuild.")
+        print(f"{store.reindex()} edges indexed")
+    elif args.command == "show":
+        info = _show(store, args.run_id, args.depth)
+        print(json.dumps(info, indent=2, default=str) if args.format == "json" else _show_text(info))
+    else:
+        graph = store.lineage(args.run_id, depth=args.depth)  # type: ignore[call-arg]
+        print({"text": graph.to_text, "json": graph.to_json, "mermaid": graph.to_mermaid}[args.format]())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
