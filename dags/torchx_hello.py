@@ -41,7 +41,11 @@ with DAG(
     dag.doc_md = __doc__
 
     plan = TorchXDryRunOperator(task_id="plan", component="utils.python", component_args=HELLO_ARGS)
-    echo = TorchXOperator(task_id="echo", component="utils.echo", component_args=["--msg", "hello from TorchX"])
-    hello = TorchXOperator(task_id="hello", component="utils.python", component_args=HELLO_ARGS, poll_interval=1)
+    echo = TorchXOperator(
+        task_id="echo", component="utils.echo", component_args=["--msg", "hello from TorchX"]
+    )
+    hello = TorchXOperator(
+        task_id="hello", component="utils.python", component_args=HELLO_ARGS, poll_interval=1
+    )
 
     plan >> echo >> hello

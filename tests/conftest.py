@@ -29,7 +29,9 @@ os.environ.update(
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__DAGS_FOLDER": str(TEST_DAGS),
         "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
-        "AIRFLOW_CONN_TORCHX_DEFAULT": json.dumps({"conn_type": "torchx", "extra": {"scheduler": "local_cwd"}}),
+        "AIRFLOW_CONN_TORCHX_DEFAULT": json.dumps(
+            {"conn_type": "torchx", "extra": {"scheduler": "local_cwd"}}
+        ),
         # local_cwd jobs run `python` from PATH: the interpreter running the tests.
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }

@@ -39,7 +39,9 @@ def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120
 def _server(cmd: list[str], ready_url: str, workdir: Path) -> Iterator[None]:
     log = workdir / "server.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True
+        )
     try:
         _wait_http(ready_url, proc, log)
         yield
@@ -72,5 +74,7 @@ def moto_s3_server(workdir: Path) -> Iterator[str]:
     """moto's S3 server on a free loopback port; yields its endpoint URL."""
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
-    with _server([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)], f"{endpoint}/moto-api/", workdir):
+    with _server(
+        [str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)], f"{endpoint}/moto-api/", workdir
+    ):
         yield endpoint

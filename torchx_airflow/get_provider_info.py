@@ -50,7 +50,7 @@ def get_provider_info() -> dict[str, Any]:
                     "trackers": {
                         "label": "Tracker connections",
                         "schema": {"type": ["array", "null"], "items": {"type": "string"}},
-                        "description": "Ids of torchx_fsspec / mlflow connections the app's tracker writes to",
+                        "description": "Ids of the torchx_fsspec / mlflow connections the app tracks to",
                     },
                 },
                 "ui-field-behaviour": {

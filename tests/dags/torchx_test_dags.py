@@ -27,7 +27,11 @@ with _dag("tx_success", params={"name": Param("world", type="string"), "steps": 
         task_id="plan", component="utils.python", component_args=args, env={"API_TOKEN": SECRET}
     )
     run = TorchXOperator(
-        task_id="run", component="utils.python", component_args=args, env={"API_TOKEN": SECRET}, poll_interval=0.5
+        task_id="run",
+        component="utils.python",
+        component_args=args,
+        env={"API_TOKEN": SECRET},
+        poll_interval=0.5,
     )
     plan >> run
 
@@ -48,7 +52,9 @@ with _dag("tx_sleep"):
     )
 
 with _dag("tx_sensor_unknown"):
-    TorchXAppSensor(task_id="wait", app_handle="local_cwd://torchx/never-launched-123", poke_interval=1, timeout=60)
+    TorchXAppSensor(
+        task_id="wait", app_handle="local_cwd://torchx/never-launched-123", poke_interval=1, timeout=60
+    )
 
 with _dag("tx_bad_component"):
     TorchXOperator(task_id="run", component="utils.no_such_component", component_args=[])

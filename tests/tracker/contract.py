@@ -6,7 +6,6 @@ from __future__ import annotations
 import uuid
 
 from torchx.tracker.api import Lineage, TrackerSource
-
 from torchx_airflow_tracker.lineage import RunLineage
 
 
@@ -20,7 +19,13 @@ class TrackerContract:
         run = rid("meta")
         store.add_metadata(run, lr=0.1, epochs=3, name="resnet", nested={"a": [1, 2]})
         store.add_metadata(run, lr=0.2, done=True)
-        assert store.metadata(run) == {"lr": 0.2, "epochs": 3, "name": "resnet", "nested": {"a": [1, 2]}, "done": True}
+        assert store.metadata(run) == {
+            "lr": 0.2,
+            "epochs": 3,
+            "name": "resnet",
+            "nested": {"a": [1, 2]},
+            "done": True,
+        }
 
     def test_unknown_run_is_empty(self, store):
         run = rid("nothing")
@@ -35,7 +40,10 @@ class TrackerContract:
         store.add_artifact(run, "model", "s3://b/model-v2.pt", {"sha": "def"})
         artifacts = store.artifacts(run)
         assert set(artifacts) == {"model", "data"}
-        assert (artifacts["model"].path, artifacts["model"].metadata) == ("s3://b/model-v2.pt", {"sha": "def"})
+        assert (artifacts["model"].path, artifacts["model"].metadata) == (
+            "s3://b/model-v2.pt",
+            {"sha": "def"},
+        )
         assert (artifacts["data"].path, artifacts["data"].metadata) == ("/data/train.csv", None)
 
     def test_sources_idempotent_with_several_artifact_names(self, store):
@@ -63,7 +71,9 @@ class TrackerContract:
         assert sorted(store.run_ids(parent_run_id=parent)) == sorted([early, late])
 
     def test_lineage_both_ways_and_transitive(self, store):
-        prep, train1, train2, evaluate, report = (rid(n) for n in ("prep", "train1", "train2", "eval", "report"))
+        prep, train1, train2, evaluate, report = (
+            rid(n) for n in ("prep", "train1", "train2", "eval", "report")
+        )
         store.add_source(train1, prep, "data")
         store.add_source(train2, prep, "data")
         store.add_source(evaluate, train1, "model")
@@ -75,7 +85,10 @@ class TrackerContract:
         assert sorted(lineage.parent_ids) == sorted([train1, train2])
         assert lineage.descendant_ids == [report]
         assert {(e.source_run_id, e.run_id) for e in lineage.upstream} == {
-            (train1, evaluate), (train2, evaluate), (prep, train1), (prep, train2)
+            (train1, evaluate),
+            (train2, evaluate),
+            (prep, train1),
+            (prep, train2),
         }
         assert {e.artifact_names for e in lineage.upstream} == {("model",), ("data",)}
 

@@ -37,7 +37,9 @@ def test_lineage_formats_through_the_console_entry(tmp_path):
     assert text.splitlines() == ["x://s/eval", "  <- x://s/train [model]", "    <- x://s/prep [data]"]
     mermaid = subprocess.run([*run, "--format", "mermaid"], check=True, capture_output=True, text=True).stdout
     assert mermaid.startswith("flowchart LR") and "-->|model|" in mermaid
-    graph = json.loads(subprocess.run([*run, "--format", "json"], check=True, capture_output=True, text=True).stdout)
+    graph = json.loads(
+        subprocess.run([*run, "--format", "json"], check=True, capture_output=True, text=True).stdout
+    )
     assert len(graph["upstream"]) == 2
 
 

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import re
 import multiprocessing
+import re
 import time
 
 import fsspec
 import pytest
 from torchx.tracker.api import TrackerSource, build_trackers
 from torchx.tracker.backend.fsspec import FsspecTracker
-
 from torchx_airflow_tracker.config import TrackerConfigError
 from torchx_airflow_tracker.fsspec_store import FsspecStore, create
 
@@ -72,7 +71,9 @@ def test_entry_points_accept_inline_json_and_two_stores_of_a_kind(tmp_path):
         build_trackers(
             {
                 "airflow_fsspec": json.dumps({"root": str(a)}),
-                "airflow_fsspec_2": json.dumps({"root": f"file://{b}", "storage_options": {"auto_mkdir": True}}),
+                "airflow_fsspec_2": json.dumps(
+                    {"root": f"file://{b}", "storage_options": {"auto_mkdir": True}}
+                ),
             }
         )
     )
@@ -132,7 +133,9 @@ def _concurrent_writes(root: str, options: dict) -> None:
         assert p.exitcode == 0
     assert reads > 1, "the reader never overlapped the writers"
     final = reader.metadata(RUN)
-    assert {k: v for k, v in final.items() if k.startswith("w")} == {f"w{i}": WRITES - 1 for i in range(WRITERS)}
+    assert {k: v for k, v in final.items() if k.startswith("w")} == {
+        f"w{i}": WRITES - 1 for i in range(WRITERS)
+    }
     assert reader.metadata(RUN) == final  # deterministic
     fs, path = fsspec.core.url_to_fs(root, **options)
     entries = fs.ls(f"{path.rstrip('/')}/{reader._run_dir(RUN).rsplit('/', 1)[-1]}/metadata", detail=False)

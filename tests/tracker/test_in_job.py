@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from torchx.components.utils import python
 from torchx.runner import get_runner
-
 from torchx_airflow_tracker.fsspec_store import FsspecStore
 from torchx_airflow_tracker.mlflow_store import MlflowStore
 
@@ -23,7 +22,9 @@ def test_job_writes_metadata_and_artifacts_to_both_stores(tmp_path, mlflow_uri):
         {
             "TORCHX_TRACKERS": "airflow_fsspec,airflow_mlflow",
             "TORCHX_TRACKER_AIRFLOW_FSSPEC_CONFIG": json.dumps({"root": fs_root}),
-            "TORCHX_TRACKER_AIRFLOW_MLFLOW_CONFIG": json.dumps({"tracking_uri": mlflow_uri, "experiment": "in-job"}),
+            "TORCHX_TRACKER_AIRFLOW_MLFLOW_CONFIG": json.dumps(
+                {"tracking_uri": mlflow_uri, "experiment": "in-job"}
+            ),
             "TORCHX_PARENT_RUN_ID": "airflow://pipeline/run-1/prepare",
         }
     )

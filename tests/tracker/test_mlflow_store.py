@@ -9,7 +9,6 @@ import uuid
 
 import pytest
 from mlflow.tracking import MlflowClient
-
 from torchx_airflow_tracker.config import TrackerConfigError
 from torchx_airflow_tracker.mlflow_store import RUN_ID_TAG, MlflowStore, create
 
@@ -80,7 +79,11 @@ def test_lineage_is_one_tag_per_source(mlflow_uri):
 
 @pytest.mark.parametrize(
     ("config", "fragment"),
-    [(None, "needs a config"), ('{"uri": "x"}', "Unknown key(s) ['uri']"), ('{"experiment": "e"}', "missing ['tracking_uri']")],
+    [
+        (None, "needs a config"),
+        ('{"uri": "x"}', "Unknown key(s) ['uri']"),
+        ('{"experiment": "e"}', "missing ['tracking_uri']"),
+    ],
 )
 def test_bad_config(config, fragment):
     with pytest.raises(TrackerConfigError) as err:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import uuid
 
 import pytest
-
-from tests.tracker.contract import TrackerContract
 from torchx_airflow_tracker.fsspec_store import FsspecStore
 from torchx_airflow_tracker.mlflow_store import MlflowStore
+
+from tests.tracker.contract import TrackerContract
 
 
 class TestMemoryStore(TrackerContract):

@@ -75,7 +75,9 @@ def test_bad_component_args_show_the_component_usage():
 
 def test_local_cwd_without_waiting_is_refused():
     op = TorchXOperator(task_id="t", component="utils.echo", wait_for_completion=False)
-    with pytest.raises(TorchXConfigError, match="wait_for_completion=False cannot be used with scheduler 'local_cwd'"):
+    with pytest.raises(
+        TorchXConfigError, match="wait_for_completion=False cannot be used with scheduler 'local_cwd'"
+    ):
         _execute(op)
 
 
@@ -102,7 +104,9 @@ def test_dry_run_of_an_appdef_summarizes_it():
 
 
 def _finished_app(hook: TorchXHook, *args: str) -> str:
-    op = TorchXOperator(task_id="launch", component="utils.python", component_args=["--script", HELLO, "--", *args])
+    op = TorchXOperator(
+        task_id="launch", component="utils.python", component_args=["--script", HELLO, "--", *args]
+    )
     op.__dict__["hook"] = hook
     info, _ = op.dryrun(op.build_app())
     handle = hook.schedule(info)
@@ -139,5 +143,7 @@ def test_sensor_rejects_malformed_handles(handle):
 
 
 def test_template_fields_cover_the_documented_inputs():
-    assert {"component", "component_args", "app", "scheduler", "cfg", "env"} <= set(TorchXOperator.template_fields)
+    assert {"component", "component_args", "app", "scheduler", "cfg", "env"} <= set(
+        TorchXOperator.template_fields
+    )
     assert "app_handle" in TorchXAppSensor.template_fields

@@ -184,13 +184,13 @@ class TorchXHook(BaseHook):
             return get_runner()
 
     def scheduler_names(self) -> list[str]:
-        """The schedulers TorchX knows in this environment (builtins and ``torchx.schedulers`` entry points)."""
+        """The schedulers TorchX knows here (builtins and ``torchx.schedulers`` entry points)."""
         from torchx.schedulers import get_scheduler_factories
 
         return list(get_scheduler_factories())
 
     def check_scheduler(self, scheduler: str) -> str:
-        """Return ``scheduler`` if TorchX knows it, else raise ``TorchXConfigError`` listing the known ones."""
+        """Return ``scheduler`` if TorchX knows it, else raise ``TorchXConfigError`` listing them."""
         known = self.scheduler_names()
         if scheduler not in known:
             raise TorchXConfigError(
@@ -272,7 +272,9 @@ class TorchXHook(BaseHook):
         handle = check_app_handle(app_handle)
         self._call(lambda: self.runner.cancel(handle))
 
-    def log_lines(self, app_handle: str, role_name: str, k: int = 0, should_tail: bool = True) -> Iterable[str]:
+    def log_lines(
+        self, app_handle: str, role_name: str, k: int = 0, should_tail: bool = True
+    ) -> Iterable[str]:
         """Log lines of replica ``k`` of ``role_name`` (following the log until the app ends)."""
         handle = check_app_handle(app_handle)
         return self._call(lambda: self.runner.log_lines(handle, role_name, k=k, should_tail=should_tail))

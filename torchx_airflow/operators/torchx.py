@@ -138,7 +138,10 @@ class TorchXDryRunOperator(BaseOperator):
         info = self.hook.dryrun(app)
         summary = summarize_dryrun(info, app, self.hook.scheduler, info._cfg)
         self.log.info(
-            "TorchX dry run of app %s on scheduler %s:\n%s", app.name, summary["scheduler"], summary["request"]
+            "TorchX dry run of app %s on scheduler %s:\n%s",
+            app.name,
+            summary["scheduler"],
+            summary["request"],
         )
         return info, summary
 
@@ -177,7 +180,9 @@ class TorchXOperator(TorchXDryRunOperator):
     ) -> None:
         super().__init__(**kwargs)
         if poll_interval <= 0:
-            raise TorchXConfigError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}.")
+            raise TorchXConfigError(
+                f"poll_interval must be a positive number of seconds, got {poll_interval!r}."
+            )
         self.wait_for_completion = wait_for_completion
         self.poll_interval = poll_interval
         self.stream_logs = stream_logs

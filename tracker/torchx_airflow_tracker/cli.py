@@ -40,10 +40,17 @@ def _show(store: TrackerBase, run_id: str, depth: int) -> dict[str, Any]:
     return {
         "run_id": run_id,
         "metadata": dict(store.metadata(run_id)),
-        "artifacts": {n: {"path": a.path, "metadata": a.metadata} for n, a in store.artifacts(run_id).items()},
+        "artifacts": {
+            n: {"path": a.path, "metadata": a.metadata} for n, a in store.artifacts(run_id).items()
+        },
         "parents": [e.to_dict() for e in lineage.parents],
         "descendants": [e.to_dict() for e in lineage.descendants],
     }
+
+
+def _names(artifact_names: list[str | None]) -> str:
+    names = [n for n in artifact_names if n]
+    return f" [{', '.join(names)}]" if names else ""
 
 
 def _show_text(info: dict[str, Any]) -> str:
@@ -54,8 +61,7 @@ def _show_text(info: dict[str, Any]) -> str:
               for n, a in sorted(info["artifacts"].items())]  # fmt: skip
     for title, key, other in (("parents", "parents", "source"), ("descendants", "descendants", "run")):
         lines.append(f"{title}:")
-        lines += [f"  {e[other]}" + (f" [{', '.join(n for n in e['artifact_names'] if n)}]" if any(e["artifact_names"]) else "")
-                  for e in info[key]]  # fmt: skip
+        lines += [f"  {edge[other]}{_names(edge['artifact_names'])}" for edge in info[key]]
     return "\n".join(lines)
 
 

@@ -32,7 +32,9 @@ def parse_config(
                 f"The {kind} tracker config is not valid JSON ({e}): {config!r}. Expected e.g. {example}."
             ) from e
     if not isinstance(config, Mapping):
-        raise TrackerConfigError(f"The {kind} tracker config must be a JSON object such as {example}, got {config!r}.")
+        raise TrackerConfigError(
+            f"The {kind} tracker config must be a JSON object such as {example}, got {config!r}."
+        )
     unknown = sorted(set(config) - set(required) - set(optional))
     if unknown:
         raise TrackerConfigError(

@@ -32,7 +32,13 @@ from torchx_airflow_tracker.lineage import DEFAULT_DEPTH, RunLineage, artifact_n
 if TYPE_CHECKING:
     import fsspec
 
-METADATA, ARTIFACTS, SOURCES, DESCENDANTS, STAGING = "metadata", "artifacts", "sources", "descendants", ".staging"
+METADATA, ARTIFACTS, SOURCES, DESCENDANTS, STAGING = (
+    "metadata",
+    "artifacts",
+    "sources",
+    "descendants",
+    ".staging",
+)
 _LOCAL_PROTOCOLS = {"file", "local"}
 
 
@@ -142,7 +148,9 @@ class FsspecStore(TrackerBase):
     def artifacts(self, run_id: str) -> Mapping[str, TrackerArtifact]:
         found: dict[str, TrackerArtifact] = {}
         for entry in self._read_json_entries(run_id, ARTIFACTS):
-            found[str(entry["name"])] = TrackerArtifact(str(entry["name"]), str(entry["path"]), entry.get("metadata"))
+            found[str(entry["name"])] = TrackerArtifact(
+                str(entry["name"]), str(entry["path"]), entry.get("metadata")
+            )
         return found
 
     def _edge_file(self, run_id: str, category: str, other_run_id: str) -> str:
@@ -213,7 +221,9 @@ class FsspecStore(TrackerBase):
     def run_ids(self, **kwargs: str) -> Iterable[str]:
         parent_run_id = kwargs.pop("parent_run_id", None)
         if kwargs:
-            raise ValueError(f"Unknown run_ids filter(s) {sorted(kwargs)}; the fsspec store filters by parent_run_id only.")
+            raise ValueError(
+                f"Unknown run_ids filter(s) {sorted(kwargs)}; the fsspec store filters by parent_run_id only."
+            )
         if parent_run_id:
             return sorted(self._edges(parent_run_id, DESCENDANTS))
         run_ids = (decode_run_id(posixpath.basename(p)) for p in self._list(self.root))

@@ -138,7 +138,9 @@ def _walk(run_id: str, read: EdgeReader, depth: int, up: bool) -> list[LineageEd
     return _sorted(edges)
 
 
-def build_lineage(run_id: str, parents_of: EdgeReader, children_of: EdgeReader, depth: int = DEFAULT_DEPTH) -> RunLineage:
+def build_lineage(
+    run_id: str, parents_of: EdgeReader, children_of: EdgeReader, depth: int = DEFAULT_DEPTH
+) -> RunLineage:
     """Walk the graph from ``run_id`` up to ``depth`` hops each way (cycles are walked once)."""
     if depth < 1:
         raise ValueError(f"lineage depth must be at least 1, got {depth!r}")

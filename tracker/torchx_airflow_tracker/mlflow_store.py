@@ -53,7 +53,7 @@ def _tag_key(prefix: str, name: str) -> str:
     """A valid MLflow tag key for ``name``; names MLflow cannot hold get a digest suffix (never collide)."""
     safe = _SAFE_KEY.sub("_", name)
     if safe != name or len(prefix) + len(safe) > MAX_KEY:
-        safe = f"{safe[:MAX_KEY - len(prefix) - 26]}-{_digest(name)}"
+        safe = f"{safe[: MAX_KEY - len(prefix) - 26]}-{_digest(name)}"
     return prefix + safe
 
 
@@ -98,7 +98,9 @@ class MlflowStore(TrackerBase):
         try:
             from mlflow.tracking import MlflowClient
         except ImportError as e:
-            raise ImportError("Install torchx-airflow-tracker[mlflow] (mlflow-skinny) to use the MLflow store") from e
+            raise ImportError(
+                "Install torchx-airflow-tracker[mlflow] (mlflow-skinny) to use the MLflow store"
+            ) from e
         return MlflowClient(tracking_uri=self.tracking_uri)
 
     @cached_property
@@ -135,7 +137,7 @@ class MlflowStore(TrackerBase):
         return sorted(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id))
 
     def mlflow_run_id(self, run_id: str, create: bool = False) -> str | None:
-        """The MLflow run of a TorchX run id; with ``create``, made if missing (one run however many ranks race)."""
+        """The MLflow run of a TorchX run id; with ``create``, made if missing (one, however many race)."""
         if run_id in self._mlflow_ids:
             return self._mlflow_ids[run_id]
         runs = self._runs_of(run_id)
@@ -162,7 +164,9 @@ class MlflowStore(TrackerBase):
         tags = self.client.get_run(mlflow_id).data.tags
         return {k: v for k, v in sorted(tags.items()) if k.startswith(prefix)}
 
-    def _log_tags(self, run_id: str, tags: Mapping[str, str], metrics: Mapping[str, float] | None = None) -> None:
+    def _log_tags(
+        self, run_id: str, tags: Mapping[str, str], metrics: Mapping[str, float] | None = None
+    ) -> None:
         from mlflow.entities import Metric, RunTag
 
         mlflow_id = self.mlflow_run_id(run_id, create=True)
@@ -192,7 +196,9 @@ class MlflowStore(TrackerBase):
         self, run_id: str, name: str, path: str, metadata: Mapping[str, object] | None = None
     ) -> None:
         tag_key = _tag_key(ARTIFACT_PREFIX, name)
-        self._log_tags(run_id, {tag_key: _fit(tag_key, {"name": name, "path": path, "metadata": metadata}, "metadata")})
+        self._log_tags(
+            run_id, {tag_key: _fit(tag_key, {"name": name, "path": path, "metadata": metadata}, "metadata")}
+        )
 
     def artifacts(self, run_id: str) -> Mapping[str, TrackerArtifact]:
         entries = [json.loads(v) for v in self._tags(run_id, ARTIFACT_PREFIX).values()]
@@ -217,7 +223,9 @@ class MlflowStore(TrackerBase):
         artifact_name = artifact_name or None
         if artifact_name in names:
             return  # the same edge twice is one edge
-        value = json.dumps({"source": source_id, "artifact_names": list(artifact_names_key((*names, artifact_name)))})
+        value = json.dumps(
+            {"source": source_id, "artifact_names": list(artifact_names_key((*names, artifact_name)))}
+        )
         self._log_tags(run_id, {SOURCE_PREFIX + _digest(source_id): value})
 
     def sources(self, run_id: str, artifact_name: str | None = None) -> Iterable[TrackerSource]:
@@ -243,7 +251,9 @@ class MlflowStore(TrackerBase):
     def run_ids(self, **kwargs: str) -> Iterable[str]:
         parent_run_id = kwargs.pop("parent_run_id", None)
         if kwargs:
-            raise ValueError(f"Unknown run_ids filter(s) {sorted(kwargs)}; the MLflow store filters by parent_run_id only.")
+            raise ValueError(
+                f"Unknown run_ids filter(s) {sorted(kwargs)}; the MLflow store filters by parent_run_id only."
+            )
         if parent_run_id:
             return sorted(self._children(parent_run_id))
         runs = self._search(f"tags.`{RUN_ID_TAG}` LIKE '%'")
