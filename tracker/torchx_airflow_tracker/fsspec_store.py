@@ -27,7 +27,13 @@ from typing import TYPE_CHECKING, Any
 from torchx.tracker.api import TrackerArtifact, TrackerBase, TrackerSource
 
 from torchx_airflow_tracker.config import parse_config
-from torchx_airflow_tracker.lineage import DEFAULT_DEPTH, RunLineage, artifact_names_key, build_lineage
+from torchx_airflow_tracker.lineage import (
+    DEFAULT_DEPTH,
+    RunLineage,
+    artifact_names_key,
+    build_lineage,
+    edges_to_sources,
+)
 
 if TYPE_CHECKING:
     import fsspec
@@ -180,21 +186,11 @@ class FsspecStore(TrackerBase):
         return edges
 
     def sources(self, run_id: str, artifact_name: str | None = None) -> Iterable[TrackerSource]:
-        return [
-            TrackerSource(source_id, name)
-            for source_id, names in self._edges(run_id, SOURCES).items()
-            for name in names
-            if artifact_name is None or name == artifact_name
-        ]
+        return edges_to_sources(self._edges(run_id, SOURCES), artifact_name)
 
     def descendants(self, run_id: str, artifact_name: str | None = None) -> list[TrackerSource]:
         """Runs that have ``run_id`` as a source (``source_run_id`` holds the descendant's id)."""
-        return [
-            TrackerSource(child_id, name)
-            for child_id, names in self._edges(run_id, DESCENDANTS).items()
-            for name in names
-            if artifact_name is None or name == artifact_name
-        ]
+        return edges_to_sources(self._edges(run_id, DESCENDANTS), artifact_name)
 
     def lineage(self, run_id: str, depth: int = DEFAULT_DEPTH) -> RunLineage:
         return build_lineage(

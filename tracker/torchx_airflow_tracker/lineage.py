@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchx.tracker.api import Lineage
+from torchx.tracker.api import Lineage, TrackerSource
 
 # run id -> {neighbour run id: artifact names of the edge}; None stands for "no artifact name"
 EdgeReader = Callable[[str], Mapping[str, tuple[str | None, ...]]]
@@ -88,6 +88,18 @@ class RunLineage(Lineage):
             lines.append(f"    {node[e.source_run_id]} {arrow} {node[e.run_id]}")
         lines.append(f"    style {node[self.run_id]} stroke-width:3px")
         return "\n".join(lines)
+
+
+def edges_to_sources(
+    edges: Mapping[str, tuple[str | None, ...]], artifact_name: str | None = None
+) -> list[TrackerSource]:
+    """One ``TrackerSource`` per (run, artifact name) of ``edges``; only ``artifact_name`` if given."""
+    return [
+        TrackerSource(other, name)
+        for other, names in sorted(edges.items())
+        for name in names
+        if artifact_name is None or name == artifact_name
+    ]
 
 
 def _sorted(edges: Iterable[LineageEdge]) -> list[LineageEdge]:

@@ -25,7 +25,13 @@ from typing import TYPE_CHECKING, Any
 from torchx.tracker.api import TrackerArtifact, TrackerBase, TrackerSource
 
 from torchx_airflow_tracker.config import parse_config
-from torchx_airflow_tracker.lineage import DEFAULT_DEPTH, RunLineage, artifact_names_key, build_lineage
+from torchx_airflow_tracker.lineage import (
+    DEFAULT_DEPTH,
+    RunLineage,
+    artifact_names_key,
+    build_lineage,
+    edges_to_sources,
+)
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -229,21 +235,11 @@ class MlflowStore(TrackerBase):
         self._log_tags(run_id, {SOURCE_PREFIX + _digest(source_id): value})
 
     def sources(self, run_id: str, artifact_name: str | None = None) -> Iterable[TrackerSource]:
-        return [
-            TrackerSource(source, name)
-            for source, names in sorted(self._parents(run_id).items())
-            for name in names
-            if artifact_name is None or name == artifact_name
-        ]
+        return edges_to_sources(self._parents(run_id), artifact_name)
 
     def descendants(self, run_id: str, artifact_name: str | None = None) -> list[TrackerSource]:
         """Runs that have ``run_id`` as a source (``source_run_id`` holds the descendant's id)."""
-        return [
-            TrackerSource(child, name)
-            for child, names in sorted(self._children(run_id).items())
-            for name in names
-            if artifact_name is None or name == artifact_name
-        ]
+        return edges_to_sources(self._children(run_id), artifact_name)
 
     def lineage(self, run_id: str, depth: int = DEFAULT_DEPTH) -> RunLineage:
         return build_lineage(run_id, self._parents, self._children, depth)
