@@ -183,15 +183,19 @@ class TorchXHook(BaseHook):
         with _keep_signal_handlers():
             return get_runner()
 
+    @cached_property
     def scheduler_names(self) -> list[str]:
-        """The schedulers TorchX knows here (builtins and ``torchx.schedulers`` entry points)."""
+        """The schedulers TorchX knows here (builtins and ``torchx.schedulers`` entry points).
+
+        Read once per hook: status polls check the handle's scheduler without reloading entry points.
+        """
         from torchx.schedulers import get_scheduler_factories
 
         return list(get_scheduler_factories())
 
     def check_scheduler(self, scheduler: str) -> str:
         """Return ``scheduler`` if TorchX knows it, else raise ``TorchXConfigError`` listing them."""
-        known = self.scheduler_names()
+        known = self.scheduler_names
         if scheduler not in known:
             raise TorchXConfigError(
                 f"Unknown TorchX scheduler {scheduler!r}. Use one of: {', '.join(known)} "
