@@ -103,13 +103,14 @@ def role_replicas(app: AppDef) -> dict[str, int]:
     return {role.name: role.num_replicas for role in app.roles}
 
 
-def _json_safe(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
+    """``value`` with every mapping key a string and everything not JSON-native as its ``str``."""
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, Mapping):
-        return {str(k): _json_safe(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v) for v in value]
     return str(value)
 
 
@@ -126,8 +127,8 @@ def summarize_role(role: Any) -> dict[str, Any]:
             "cpu": resource.cpu,
             "gpu": resource.gpu,
             "memMB": resource.memMB,
-            "capabilities": _json_safe(resource.capabilities),
-            "devices": _json_safe(resource.devices),
+            "capabilities": json_safe(resource.capabilities),
+            "devices": json_safe(resource.devices),
         },
         "env_names": sorted(role.env),
     }
@@ -142,7 +143,7 @@ def summarize_dryrun(
     return {
         "scheduler": scheduler,
         "app_name": app.name,
-        "cfg": _json_safe(dict(cfg)),
+        "cfg": json_safe(dict(cfg)),
         "roles": [summarize_role(role) for role in app.roles],
         "request": redact_text(str(dryrun_info), app),
     }

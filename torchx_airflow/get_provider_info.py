@@ -25,12 +25,20 @@ def get_provider_info() -> dict[str, Any]:
                 "tags": ["software"],
             }
         ],
-        "hooks": [{"integration-name": integration, "python-modules": ["torchx_airflow.hooks.torchx"]}],
+        "hooks": [
+            {
+                "integration-name": integration,
+                "python-modules": ["torchx_airflow.hooks.torchx", "torchx_airflow.hooks.tracker"],
+            }
+        ],
         "operators": [
             {"integration-name": integration, "python-modules": ["torchx_airflow.operators.torchx"]}
         ],
         "sensors": [{"integration-name": integration, "python-modules": ["torchx_airflow.sensors.torchx"]}],
-        "extra-links": ["torchx_airflow.links.torchx.TorchXAppLink"],
+        "extra-links": [
+            "torchx_airflow.links.torchx.TorchXAppLink",
+            "torchx_airflow.links.torchx.TorchXTrackerLink",
+        ],
         "connection-types": [
             {
                 "hook-class-name": "torchx_airflow.hooks.torchx.TorchXHook",
@@ -58,6 +66,52 @@ def get_provider_info() -> dict[str, Any]:
                     "relabeling": {},
                     "placeholders": {},
                 },
-            }
+            },
+            {
+                "hook-class-name": "torchx_airflow.hooks.tracker.TorchXFsspecHook",
+                "hook-name": "TorchX tracker store (fsspec)",
+                "connection-type": "torchx_fsspec",
+                "conn-fields": {
+                    "root": {
+                        "label": "Root URL",
+                        "schema": _STRING,
+                        "description": "Where runs are stored: a path, file://, s3://bucket/prefix, memory://",
+                    },
+                    "storage_options": {
+                        "label": "Storage options",
+                        "schema": {"type": ["object", "null"]},
+                        "description": 'fsspec options as JSON, e.g. {"endpoint_url": "http://minio:9000"}',
+                    },
+                },
+                "ui-field-behaviour": {
+                    "hidden-fields": ["host", "schema", "port"],
+                    "relabeling": {"login": "Access key / user name", "password": "Secret key / password"},
+                    "placeholders": {
+                        "login": "optional: s3 key, abfs account name, sftp user name",
+                        "password": "optional: s3 secret, abfs account key, sftp password",
+                    },
+                },
+            },
+            {
+                "hook-class-name": "torchx_airflow.hooks.tracker.MlflowTrackerHook",
+                "hook-name": "MLflow",
+                "connection-type": "mlflow",
+                "conn-fields": {
+                    "experiment": {
+                        "label": "Experiment",
+                        "schema": {**_STRING, "default": "torchx"},
+                        "description": "MLflow experiment the runs go to (created if missing)",
+                    },
+                },
+                "ui-field-behaviour": {
+                    "hidden-fields": ["schema"],
+                    "relabeling": {"host": "Tracking URI", "login": "Username", "password": "Password"},
+                    "placeholders": {
+                        "host": "http://mlflow:5000 or sqlite:////data/mlflow.db",
+                        "login": "optional: basic-auth user",
+                        "password": "optional: basic-auth password",
+                    },
+                },
+            },
         ],
     }

@@ -17,7 +17,7 @@ from airflow.sdk.log import mask_secret
 if TYPE_CHECKING:
     from torchx.specs import AppDef
 
-__all__ = ["mask_secret", "mask_sensitive_env", "redact_text"]
+__all__ = ["mask_secret", "mask_sensitive_env", "redact_text", "should_hide_value_for_key"]
 
 
 def mask_sensitive_env(env: dict[str, str]) -> None:

@@ -27,7 +27,7 @@ def test_success_streams_job_output_and_returns_status(run_dag):
     for step in (1, 2, 3):
         assert result.output.count(f"[python/0] step {step}/3") == 1
     handle = result.xcom("run", key="app_handle")
-    assert handle.startswith("local_cwd://torchx/torchx_utils_python-")
+    assert handle.startswith("local_cwd://torchx/run-")  # the app is named after its task
     value = result.xcom("run")
     assert value["app_handle"] == handle
     assert value["state"] == "SUCCEEDED"
@@ -40,7 +40,7 @@ def test_dry_run_summary_describes_the_request(run_dag):
 
     summary = result.xcom("plan")
     assert summary["scheduler"] == "local_cwd"
-    assert summary["app_name"] == "torchx_utils_python"
+    assert summary["app_name"] == "plan"
     (role,) = summary["roles"]
     assert role["entrypoint"] == "python"
     assert role["args"][-5:] == [HELLO, "--name", "Ada", "--steps", "1"]

@@ -16,6 +16,7 @@ def test_importing_operators_loads_no_scheduler_or_backend_library():
     code = (
         "import json, sys\n"
         "import torchx_airflow.operators.torchx, torchx_airflow.sensors.torchx, torchx_airflow.hooks.torchx\n"
+        "import torchx_airflow.hooks.tracker, torchx_airflow.tracking, torchx_airflow.lineage\n"
         "print(json.dumps(sorted(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
@@ -29,10 +30,13 @@ def test_provider_info_lists_every_class_and_they_import():
 
     info = get_provider_info()
     assert info["package-name"] == "torchx-airflow"
-    (conn,) = info["connection-types"]
-    assert conn["connection-type"] == "torchx"
-    assert set(conn["conn-fields"]) == {"scheduler", "cfg", "trackers"}
-    paths = [conn["hook-class-name"], *info["extra-links"]]
+    conns = {c["connection-type"]: c for c in info["connection-types"]}
+    assert set(conns) == {"torchx", "torchx_fsspec", "mlflow"}
+    assert set(conns["torchx"]["conn-fields"]) == {"scheduler", "cfg", "trackers"}
+    assert set(conns["torchx_fsspec"]["conn-fields"]) == {"root", "storage_options"}
+    assert set(conns["mlflow"]["conn-fields"]) == {"experiment"}
+    assert conns["mlflow"]["ui-field-behaviour"]["relabeling"]["host"] == "Tracking URI"
+    paths = [*(c["hook-class-name"] for c in conns.values()), *info["extra-links"]]
     for path in paths:
         module, _, name = path.rpartition(".")
         assert hasattr(importlib.import_module(module), name), path
@@ -49,4 +53,5 @@ def test_airflow_lists_the_provider_and_its_connection_type():
     conns = subprocess.run(
         [AIRFLOW, "providers", "hooks", "-o", "json"], check=True, capture_output=True, text=True
     ).stdout
-    assert "torchx_airflow.hooks.torchx.TorchXHook" in conns
+    for hook in ("torchx.TorchXHook", "tracker.TorchXFsspecHook", "tracker.MlflowTrackerHook"):
+        assert f"torchx_airflow.hooks.{hook}" in conns

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import re
 import signal
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -108,6 +110,35 @@ def _keep_signal_handlers() -> Iterator[None]:
             for sig, handler in saved.items():
                 if handler is not None and signal.getsignal(sig) is not handler:
                     signal.signal(sig, handler)
+
+
+_WORKER_TRACKER_ENV = re.compile(r"^TORCHX_(TRACKERS|PARENT_RUN_ID|TRACKER_\w+_CONFIG(FILE)?)$")
+
+
+@contextlib.contextmanager
+def _tracker_environ(trackers: str | None = None) -> Iterator[None]:
+    """Hide the worker's own tracker variables from TorchX while an app is dry-run and submitted.
+
+    TorchX's ``Runner.dryrun`` copies ``TORCHX_TRACKERS``, ``TORCHX_TRACKER_*_CONFIG`` and
+    ``TORCHX_PARENT_RUN_ID`` from the launching process into every role, and local and Slurm jobs
+    inherit the submitting process's environment. A job's trackers are the ones its task configured
+    (``trackers``, the role env's ``TORCHX_TRACKERS``), never the worker's.
+    """
+    saved = {name: value for name, value in os.environ.items() if _WORKER_TRACKER_ENV.match(name)}
+    for name in saved:
+        del os.environ[name]
+    if trackers:
+        os.environ["TORCHX_TRACKERS"] = trackers  # so dryrun re-applies the app's own trackers
+    try:
+        yield
+    finally:
+        os.environ.pop("TORCHX_TRACKERS", None)
+        os.environ.update(saved)
+
+
+def _app_trackers(app: AppDef) -> str | None:
+    names = {role.env.get("TORCHX_TRACKERS") for role in app.roles}
+    return names.pop() if len(names) == 1 else None
 
 
 class TorchXHook(BaseHook):
@@ -248,9 +279,10 @@ class TorchXHook(BaseHook):
         scheduler = scheduler or self.scheduler
         resolved = self.resolve_cfg(scheduler, self.cfg if cfg is None else cfg)
         try:
-            return self._call(
-                lambda: self.runner.dryrun(app, scheduler, cfg=resolved, parent_run_id=parent_run_id)
-            )
+            with _tracker_environ(_app_trackers(app)):
+                return self._call(
+                    lambda: self.runner.dryrun(app, scheduler, cfg=resolved, parent_run_id=parent_run_id)
+                )
         except ValueError as e:  # TorchX's own AppDef checks: no roles, no entrypoint, 0 replicas
             from torchx_airflow.exceptions import TorchXComponentError
 
@@ -258,7 +290,8 @@ class TorchXHook(BaseHook):
 
     def schedule(self, dryrun_info: AppDryRunInfo) -> str:
         """Submit a dry-run result; returns the app handle ``scheduler://session/app_id``."""
-        return self._call(lambda: self.runner.schedule(dryrun_info))
+        with _tracker_environ():
+            return self._call(lambda: self.runner.schedule(dryrun_info))
 
     def status(self, app_handle: str) -> AppStatus | None:
         """The app's status, or None if its scheduler does not know it."""

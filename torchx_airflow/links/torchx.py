@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from airflow.sdk.types import TaskInstanceKey
 
 XCOM_UI_URL = "ui_url"
+XCOM_TRACKER_URL = "tracker_url"
 
 
 class TorchXAppLink(BaseOperatorLink):
@@ -22,3 +23,14 @@ class TorchXAppLink(BaseOperatorLink):
         from airflow.sdk.execution_time.xcom import XCom
 
         return XCom.get_value(ti_key=ti_key, key=XCOM_UI_URL) or ""
+
+
+class TorchXTrackerLink(BaseOperatorLink):
+    """Link to the app's run in the MLflow UI, when the task tracks to an MLflow server over http(s)."""
+
+    name = "MLflow Run"
+
+    def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
+        from airflow.sdk.execution_time.xcom import XCom
+
+        return XCom.get_value(ti_key=ti_key, key=XCOM_TRACKER_URL) or ""

@@ -8,6 +8,7 @@ Importing this module imports no TorchX scheduler, MLflow, s3fs or docker module
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -29,14 +30,24 @@ from torchx_airflow.exceptions import (
     TorchXConfigError,
 )
 from torchx_airflow.hooks.torchx import TorchXHook
-from torchx_airflow.links.torchx import XCOM_UI_URL, TorchXAppLink
+from torchx_airflow.links.torchx import XCOM_TRACKER_URL, XCOM_UI_URL, TorchXAppLink, TorchXTrackerLink
 
 if TYPE_CHECKING:
     import jinja2
     from airflow.sdk import Context
     from torchx.specs import AppDef, AppDryRunInfo, AppStatus
 
+    from torchx_airflow.hooks.tracker import TrackerSet
+
 XCOM_APP_HANDLE = "app_handle"
+_NOT_NAME = re.compile(r"[^a-z0-9-]+")
+
+
+def app_name_for(task_id: str) -> str:
+    """A TorchX app name from a task id that every scheduler accepts: ``Train.Step_1`` -> ``train-step-1``."""
+    return _NOT_NAME.sub("-", task_id.lower()).strip("-")[:40].rstrip("-") or "app"
+
+
 _IN_PROCESS_SCHEDULERS = ("local_cwd", "local_docker")
 
 
@@ -60,6 +71,12 @@ class TorchXDryRunOperator(BaseOperator):
     :param cfg: scheduler run options merged over the connection's ``cfg``.
     :param env: environment variables added to every role.
     :param torchx_conn_id: the ``torchx`` connection (scheduler, cfg, trackers).
+    :param tracker_conn_ids: tracker connections (``torchx_fsspec`` / ``mlflow``) for this task,
+        overriding the ``trackers`` of the torchx connection; ``[]`` tracks nothing.
+    :param app_name: the app's name, the start of its id (``slurm://torchx/<app_name>-<suffix>``).
+        Default: the task id, made scheduler-safe (``train``, ``group-step``), so the jobs in the
+        scheduler's queue and the runs in the trackers say which task launched them. Give ``""`` to
+        keep the component's own name.
     """
 
     template_fields: Sequence[str] = (
@@ -70,6 +87,8 @@ class TorchXDryRunOperator(BaseOperator):
         "cfg",
         "env",
         "torchx_conn_id",
+        "tracker_conn_ids",
+        "app_name",
     )
     template_fields_renderers = {"cfg": "json", "env": "json", "component_args": "py"}
     ui_color = "#ee4c2c"
@@ -84,6 +103,8 @@ class TorchXDryRunOperator(BaseOperator):
         cfg: Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
         torchx_conn_id: str = TorchXHook.default_conn_name,
+        tracker_conn_ids: str | Sequence[str] | None = None,
+        app_name: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -100,11 +121,20 @@ class TorchXDryRunOperator(BaseOperator):
         self.cfg = dict(cfg or {})
         self.env = dict(env or {})
         self.torchx_conn_id = torchx_conn_id
+        self.tracker_conn_ids = tracker_conn_ids
+        self.app_name = app_name
 
     @cached_property
     def hook(self) -> TorchXHook:
         """The hook for this task's connection, with the task's scheduler and cfg overrides."""
         return TorchXHook(self.torchx_conn_id, scheduler=self.scheduler or None, cfg=self.cfg)
+
+    @cached_property
+    def trackers(self) -> TrackerSet:
+        """This task's tracker backends (their secrets are masked from here on)."""
+        from torchx_airflow.tracking import task_trackers
+
+        return task_trackers(self.tracker_conn_ids, self.torchx_conn_id, f"Task {self.task_id!r}")
 
     def render_template_fields(self, context: Context, jinja_env: jinja2.Environment | None = None) -> None:
         # Rendering an AppDef mutates it: work on this task's own copy, never the DAG file's object.
@@ -124,19 +154,32 @@ class TorchXDryRunOperator(BaseOperator):
             role.env = self.render_template(dict(role.env), context, jinja_env, seen_oids)
 
     def build_app(self) -> AppDef:
-        """The ``AppDef`` to run: the materialized component or a copy of ``app``, plus ``env``."""
+        """The ``AppDef`` to run: the component or a copy of ``app``, plus ``env`` and the tracker env."""
+        env = {str(k): str(v) for k, v in self.env.items()}
+        tracker_env = self.trackers.job_env()
+        clash = sorted(k for k in env if k.startswith("TORCHX_TRACKER") and tracker_env)
+        if clash:
+            raise TorchXConfigError(
+                f"Task {self.task_id!r} sets {clash} in 'env' and also has tracker connections "
+                f"{self.trackers.conn_ids}. Configure trackers one way: remove them from 'env', or set "
+                "tracker_conn_ids=[] to track only through 'env'."
+            )
         if self.component is not None:
             app = build_app_from_component(self.component, normalize_component_args(self.component_args))
         else:
             app = copy.deepcopy(self.app)
         for role in app.roles:
-            role.env = {**role.env, **{str(k): str(v) for k, v in self.env.items()}}
+            role.env = {**role.env, **tracker_env, **env}
+        name = app_name_for(self.task_id) if self.app_name is None else str(self.app_name).strip()
+        if name:
+            app.name = name
         return app
 
     def dryrun(self, app: AppDef) -> tuple[AppDryRunInfo, dict[str, Any]]:
         """Dry-run ``app`` through the hook; log the request and return it with its summary."""
         info = self.hook.dryrun(app)
         summary = summarize_dryrun(info, app, self.hook.scheduler, info._cfg)
+        summary["trackers"] = self.trackers.conn_ids
         self.log.info(
             "TorchX dry run of app %s on scheduler %s:\n%s",
             app.name,
@@ -156,9 +199,13 @@ class TorchXOperator(TorchXDryRunOperator):
     """Run a TorchX app: dry run, submit, and (by default) wait while streaming its logs.
 
     The app handle ``scheduler://session/app_id`` goes to XCom key ``app_handle`` as soon as the
-    app is submitted. The return value is ``{app_handle, state, msg, structured_error_msg,
-    num_restarts, ui_url, roles: {role: [replica states]}}``; the task fails with
-    ``TorchXAppFailedError`` unless the app SUCCEEDED. Killing the task cancels the app.
+    app is submitted. Right after, every tracker records the app's parents (the nearest upstream
+    TorchX apps and tracked tasks) as its sources, and the Airflow context as its metadata.
+
+    The return value is ``{app_handle, state, msg, structured_error_msg, num_restarts, ui_url,
+    roles: {role: [replica states]}, metadata, artifacts: {name: {name, path, metadata}}, sources}``,
+    ``metadata``/``artifacts``/``sources`` read from the first tracker when the app ends. The task
+    fails with ``TorchXAppFailedError`` unless the app SUCCEEDED. Killing the task cancels the app.
 
     :param wait_for_completion: wait until the app is terminal (default). With False the task
         returns after submission; a ``TorchXAppSensor`` can wait on the handle instead.
@@ -168,7 +215,7 @@ class TorchXOperator(TorchXDryRunOperator):
     Other parameters are those of :class:`TorchXDryRunOperator`.
     """
 
-    operator_extra_links = (TorchXAppLink(),)
+    operator_extra_links = (TorchXAppLink(), TorchXTrackerLink())
 
     def __init__(
         self,
@@ -193,6 +240,7 @@ class TorchXOperator(TorchXDryRunOperator):
             self._check_waitable()
             app = self.build_app()
             info, _ = self.dryrun(app)
+            self.trackers.check()
             app_handle = self.submit(info, context)
             if not self.wait_for_completion:
                 return self.result(app_handle, self.hook.status(app_handle), app, context)
@@ -214,7 +262,30 @@ class TorchXOperator(TorchXDryRunOperator):
         self._app_handle = app_handle
         context["ti"].xcom_push(key=XCOM_APP_HANDLE, value=app_handle)
         self.log.info("Submitted TorchX app %s", app_handle)
+        self.record_lineage(app_handle, context)
         return app_handle
+
+    def record_lineage(self, app_handle: str, context: Context) -> None:
+        """Record the app's parents and Airflow metadata in every tracker; link its MLflow run."""
+        if not self.trackers:
+            return
+        from torchx_airflow.lineage import airflow_metadata, parent_runs, record_run
+
+        parents = parent_runs(context)
+        record_run(self.trackers.stores, app_handle, parents, airflow_metadata(context))
+        self.log.info(
+            "Tracked %s in %s with parents %s",
+            app_handle,
+            ", ".join(self.trackers.conn_ids),
+            parents or "(none)",
+        )
+        try:
+            url = self.trackers.run_url(app_handle)
+        except Exception as e:
+            self.log.warning("No MLflow link for %s: %s: %s", app_handle, type(e).__name__, e)
+            url = None
+        if url:
+            context["ti"].xcom_push(key=XCOM_TRACKER_URL, value=url)
 
     def wait(self, app_handle: str, app: AppDef) -> AppStatus:
         """Poll until the app is terminal, streaming its logs meanwhile."""
@@ -240,6 +311,8 @@ class TorchXOperator(TorchXDryRunOperator):
         """The task's return value; raises ``TorchXAppFailedError`` for a terminal state but SUCCEEDED."""
         if status is None:
             raise TorchXAppNotFoundError(app_handle)
+        from torchx_airflow.lineage import XCOM_RUN_ID, run_results
+
         result = summarize_status(app_handle, status, app)
         if result["ui_url"]:
             context["ti"].xcom_push(key=XCOM_UI_URL, value=result["ui_url"])
@@ -248,6 +321,9 @@ class TorchXOperator(TorchXDryRunOperator):
             raise TorchXAppFailedError(
                 app_handle, result["state"], result["msg"], result["structured_error_msg"], result["roles"]
             )
+        if self.trackers:
+            result.update(run_results(self.trackers.stores[0], app_handle))
+        context["ti"].xcom_push(key=XCOM_RUN_ID, value=app_handle)
         return result
 
     def on_kill(self) -> None:

@@ -13,12 +13,15 @@ is one search on that tag, and a run's parents are one read of its tags.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+import os
 import re
+import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +52,50 @@ MAX_KEY = 250
 BATCH = 100  # MLflow accepts at most 100 tags (and 100 params) per log_batch call
 _SAFE_KEY = re.compile(r"[^A-Za-z0-9_\-. /]")
 _SETTLE_SECONDS = 0.5
+_ENV_USERNAME = "MLFLOW_TRACKING_USERNAME"
+_ENV_PASSWORD = "MLFLOW_TRACKING_PASSWORD"
+_CREDENTIALS_LOCK = threading.RLock()
+
+
+@contextlib.contextmanager
+def _credentials_env(username: str | None, password: str | None) -> Iterator[None]:
+    """MLflow reads basic-auth credentials from the environment on every request: set them for one call."""
+    wanted = {_ENV_USERNAME: username, _ENV_PASSWORD: password}
+    with _CREDENTIALS_LOCK:
+        saved = {name: os.environ.get(name) for name in wanted}
+        try:
+            for name, value in wanted.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+            yield
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+
+class _AuthenticatedClient:
+    """An ``MlflowClient`` whose calls carry this store's own credentials, not the process's."""
+
+    def __init__(self, client: MlflowClient, username: str | None, password: str | None) -> None:
+        self._client = client
+        self._username = username
+        self._password = password
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with _credentials_env(self._username, self._password):
+                return attr(*args, **kwargs)
+
+        return call
 
 
 def _digest(text: str) -> str:
@@ -86,14 +133,26 @@ def _quote(value: str) -> str:
 class MlflowStore(TrackerBase):
     """TorchX tracker backend on an MLflow tracking server (``http://...``) or store (``sqlite:///...``).
 
-    :param tracking_uri: the tracking URI; credentials come from ``MLFLOW_TRACKING_USERNAME`` /
-        ``MLFLOW_TRACKING_PASSWORD`` / ``MLFLOW_TRACKING_TOKEN`` as MLflow reads them.
+    :param tracking_uri: the tracking URI.
     :param experiment: experiment name, created if missing.
+    :param username: basic-auth user for this store only. Without ``username``/``password`` the
+        credentials come from ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD`` /
+        ``MLFLOW_TRACKING_TOKEN`` as MLflow reads them (inside a job, that is how they arrive).
+    :param password: basic-auth password for this store only.
     """
 
-    def __init__(self, tracking_uri: str, experiment: str = DEFAULT_EXPERIMENT) -> None:
+    def __init__(
+        self,
+        tracking_uri: str,
+        experiment: str = DEFAULT_EXPERIMENT,
+        *,
+        username: str | None = None,
+        password: str | None = None,
+    ) -> None:
         self.tracking_uri = tracking_uri
         self.experiment = experiment
+        self._username = username
+        self._password = password
         self._mlflow_ids: dict[str, str] = {}
 
     def __repr__(self) -> str:
@@ -107,7 +166,10 @@ class MlflowStore(TrackerBase):
             raise ImportError(
                 "Install torchx-airflow-tracker[mlflow] (mlflow-skinny) to use the MLflow store"
             ) from e
-        return MlflowClient(tracking_uri=self.tracking_uri)
+        client = MlflowClient(tracking_uri=self.tracking_uri)
+        if self._username is None and self._password is None:
+            return client
+        return _AuthenticatedClient(client, self._username, self._password)  # type: ignore[return-value]
 
     @cached_property
     def experiment_id(self) -> str:

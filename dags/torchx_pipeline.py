@@ -1,0 +1,117 @@
+"""
+### TorchX pipeline: prepare → train (one app per learning rate) → evaluate, with lineage for free
+
+Every step is a TorchX app running a job script from `dags/jobs/` with `utils.python`. Each script
+calls TorchX's own `AppRun.run_from_env()` to record metadata (learning rate, loss) and artifacts
+(data, model, report). Where they land is decided by Airflow: the `trackers` of the `torchx_default`
+connection (an fsspec store and an MLflow server, for example).
+
+No lineage code here: the operator turns every DAG edge into a tracker source, so `evaluate` lists
+every `train` app as a parent, and each `train` app lists `prepare` (through `train_args`, a plain
+Python task). Each app's metadata and artifacts come back as its XCom, which is how `train` finds
+the data file and `evaluate` finds the models.
+
+Trigger it from the UI to change the learning rates, the epochs, the data size or the scheduler.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pendulum
+from airflow.sdk import DAG, Param, task
+
+from torchx_airflow.operators.torchx import TorchXOperator
+
+JOBS = Path(__file__).resolve().parent / "jobs"
+OUTPUT = os.environ.get("TORCHX_PIPELINE_OUTPUT", str(Path(tempfile.gettempdir()) / "torchx_pipeline"))
+RUN_DIR = "{{ run_dir(params.output_dir, dag_run) }}"
+DATA = "{{ ti.xcom_pull(task_ids='prepare')['artifacts']['data']['path'] }}"
+MODELS = (
+    "{{ ti.xcom_pull(task_ids=['train']) | map(attribute='artifacts') | map(attribute='model')"
+    " | map(attribute='path') | join(',') }}"
+)
+
+
+
+def run_dir(output_dir: str, dag_run) -> str:
+    """This DAG run's own output directory (also the ``run_dir`` macro of the templates)."""
+    return f"{output_dir}/{dag_run.dag_id}/{dag_run.run_id.replace(':', '-')}"
+
+
+with DAG(
+    dag_id="torchx_pipeline",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["torchx", "example", "lineage"],
+    user_defined_macros={"run_dir": run_dir},
+    params={
+        "learning_rates": Param(
+            [0.05, 0.2, 0.5],
+            type="array",
+            items={"type": "number", "exclusiveMinimum": 0},
+            minItems=1,
+            description="One train app per learning rate",
+        ),
+        "epochs": Param(40, type="integer", minimum=1, maximum=10000, description="Training epochs"),
+        "rows": Param(200, type="integer", minimum=10, maximum=1000000, description="Rows of data"),
+        "scheduler": Param(
+            "local_cwd",
+            type="string",
+            enum=["local_cwd", "slurm"],
+            description="TorchX scheduler the apps run on",
+        ),
+        "output_dir": Param(OUTPUT, type="string", description="Where the jobs write data and models"),
+    },
+) as dag:
+    dag.doc_md = __doc__
+
+    prepare = TorchXOperator(
+        task_id="prepare",
+        component="utils.python",
+        component_args=[
+            "--script", str(JOBS / "prepare.py"), "--",
+            "--out", f"{RUN_DIR}/prepare", "--rows", "{{ params.rows }}",
+        ],  # fmt: skip
+        scheduler="{{ params.scheduler }}",
+        poll_interval=1,
+    )
+
+    @task
+    def train_args(params: dict | None = None, ti=None, dag_run=None) -> list[list[str]]:
+        """The train app's arguments, one list per learning rate; the data path is prepare's artifact."""
+        data = ti.xcom_pull(task_ids="prepare")["artifacts"]["data"]["path"]
+        out = run_dir(params["output_dir"], dag_run)
+        return [
+            [
+                "--script", str(JOBS / "train.py"), "--",
+                "--data", data, "--lr", str(lr), "--epochs", str(params["epochs"]),
+                "--out", f"{out}/train-{i}",
+            ]  # fmt: skip
+            for i, lr in enumerate(params["learning_rates"])
+        ]
+
+    args = train_args()
+    train = TorchXOperator.partial(
+        task_id="train",
+        component="utils.python",
+        scheduler="{{ params.scheduler }}",
+        poll_interval=1,
+    ).expand(component_args=args)
+
+    evaluate = TorchXOperator(
+        task_id="evaluate",
+        component="utils.python",
+        component_args=[
+            "--script", str(JOBS / "evaluate.py"), "--",
+            "--data", DATA, "--models", MODELS, "--out", f"{RUN_DIR}/evaluate",
+        ],  # fmt: skip
+        scheduler="{{ params.scheduler }}",
+        poll_interval=1,
+    )
+
+    prepare >> args
+    train >> evaluate

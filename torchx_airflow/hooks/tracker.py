@@ -1,0 +1,477 @@
+"""Tracker connections: where TorchX runs record metadata, artifacts and lineage.
+
+Two connection types, each turned into a ``torchx-airflow-tracker`` backend:
+
+``torchx_fsspec`` (default id ``torchx_fsspec_default``)
+    extra ``root``: any fsspec URL (a path, ``file://``, ``s3://bucket/prefix``, ``memory://``);
+    extra ``storage_options``: JSON object passed to fsspec (``endpoint_url``, ``client_kwargs``...);
+    login/password: the store's key and secret where the protocol has them (``s3``: key/secret,
+    ``abfs``/``az``: account_name/account_key, ``ftp``/``sftp``/``smb``/``webdav``: username/password).
+
+``mlflow`` (default id ``mlflow_default``)
+    host: the tracking URI (``http://mlflow:5000`` or ``sqlite:////data/mlflow.db``; a host without a
+    scheme gets ``http://`` and the port field); login/password: basic auth; extra ``experiment``
+    (default ``torchx``).
+
+``TrackerSet.for_conn_ids`` resolves a task's tracker connections into the job environment
+(``TORCHX_TRACKERS`` and one ``TORCHX_TRACKER_<NAME>_CONFIG`` per store) and into launcher-side stores
+that write lineage and read results. Importing this module imports neither mlflow nor s3fs.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseHook
+
+from torchx_airflow.exceptions import TorchXConnectionError
+from torchx_airflow.secrets import mask_secret, should_hide_value_for_key
+
+if TYPE_CHECKING:
+    from airflow.sdk import Connection
+    from torchx.tracker.api import TrackerBase
+
+FSSPEC_CONN_TYPE = "torchx_fsspec"
+MLFLOW_CONN_TYPE = "mlflow"
+DEFAULT_EXPERIMENT = "torchx"
+ENV_TRACKERS = "TORCHX_TRACKERS"
+ENV_PARENT_RUN_ID = "TORCHX_PARENT_RUN_ID"
+ENV_MLFLOW_URI = "MLFLOW_TRACKING_URI"
+ENV_MLFLOW_USERNAME = "MLFLOW_TRACKING_USERNAME"
+ENV_MLFLOW_PASSWORD = "MLFLOW_TRACKING_PASSWORD"  # noqa: S105 - an env variable name
+# Entry points of torchx-airflow-tracker: TorchX names each config variable after the entry point,
+# so several stores of one kind need distinct names.
+ENTRY_POINTS = {
+    "fsspec": ("airflow_fsspec", "airflow_fsspec_2", "airflow_fsspec_3", "airflow_fsspec_4"),
+    "mlflow": ("airflow_mlflow", "airflow_mlflow_2", "airflow_mlflow_3", "airflow_mlflow_4"),
+}
+# How a connection's login/password reach fsspec, per protocol.
+_FSSPEC_CREDENTIALS = {
+    "s3": ("key", "secret"),
+    "s3a": ("key", "secret"),
+    "abfs": ("account_name", "account_key"),
+    "abfss": ("account_name", "account_key"),
+    "az": ("account_name", "account_key"),
+    "ftp": ("username", "password"),
+    "sftp": ("username", "password"),
+    "ssh": ("username", "password"),
+    "smb": ("username", "password"),
+    "webdav": ("username", "password"),
+}
+
+
+def config_env_name(entry_point: str) -> str:
+    """TorchX's name for a tracker's config variable (``TORCHX_TRACKER_<NAME>_CONFIG``)."""
+    return f"TORCHX_TRACKER_{entry_point.upper()}_CONFIG"
+
+
+@dataclass(frozen=True)
+class TrackerBackend:
+    """One tracker connection, resolved: what the job gets and how the launcher opens the same store.
+
+    ``config`` is the JSON the job's ``torchx.tracker`` entry point receives; ``job_env`` holds other
+    variables the job needs (MLflow credentials); ``secrets`` are the values never to show.
+    """
+
+    conn_id: str
+    kind: str  # "fsspec" or "mlflow"
+    config: dict[str, Any]
+    job_env: dict[str, str] = field(default_factory=dict)
+    secrets: tuple[str, ...] = ()
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+
+    def __repr__(self) -> str:  # never show the config: it may hold storage secrets
+        return f"TrackerBackend(conn_id={self.conn_id!r}, kind={self.kind!r})"
+
+    def open_store(self) -> TrackerBase:
+        """The launcher-side store: same backend as the job's, for lineage and results."""
+        if self.kind == "fsspec":
+            from torchx_airflow_tracker.fsspec_store import FsspecStore
+
+            return FsspecStore(self.config["root"], self.config.get("storage_options") or {})
+        from torchx_airflow_tracker.mlflow_store import MlflowStore
+
+        return MlflowStore(
+            self.config["tracking_uri"],
+            self.config.get("experiment") or DEFAULT_EXPERIMENT,
+            username=self.username,
+            password=self.password,
+        )
+
+
+def _extra_json_object(conn_id: str, key: str, value: Any) -> dict[str, Any]:
+    if value in (None, ""):
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise TorchXConnectionError(
+                f"Connection {conn_id!r}: extra {key!r} is not valid JSON ({e}): write it as a JSON object, "
+                'e.g. {"endpoint_url": "http://minio:9000"}.'
+            ) from e
+    if not isinstance(value, dict):
+        raise TorchXConnectionError(
+            f"Connection {conn_id!r}: extra {key!r} must be a JSON object, got a {type(value).__name__}. "
+            'Write it as e.g. {"endpoint_url": "http://minio:9000"}.'
+        )
+    return value
+
+
+def _extra(conn: Connection, conn_type: str, key: str) -> Any:
+    extra = conn.extra_dejson
+    value = extra.get(key, extra.get(f"extra__{conn_type}__{key}"))
+    return None if value == "" else value
+
+
+def _sensitive_values(options: Mapping[str, Any], prefix: str = "") -> Iterable[str]:
+    for key, value in options.items():
+        if isinstance(value, Mapping):
+            yield from _sensitive_values(value, f"{prefix}{key}.")
+        elif isinstance(value, str) and value and should_hide_value_for_key(str(key)):
+            yield value
+
+
+def _probe_failure(conn_id: str, what: str, error: Exception) -> tuple[bool, str]:
+    return False, f"Connection {conn_id!r}: {what} failed: {type(error).__name__}: {error}"
+
+
+class _TrackerHook(BaseHook):
+    """Shared by the tracker connection hooks: fetch and describe the connection."""
+
+    conn_name_attr = "conn_id"
+    default_conn_name = ""
+    conn_type = ""
+
+    def __init__(self, conn_id: str | None = None) -> None:
+        super().__init__()
+        self.conn_id = conn_id or self.default_conn_name
+
+    @cached_property
+    def connection(self) -> Connection:
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        try:
+            return self.get_connection(self.conn_id)
+        except AirflowNotFoundException as e:
+            raise TorchXConnectionError(
+                f"Tracker connection {self.conn_id!r} is not defined. Create a connection of type "
+                f"{self.conn_type!r} with that id, e.g. {self.example_env()}"
+            ) from e
+
+    @classmethod
+    def example_env(cls) -> str:
+        raise NotImplementedError
+
+    def backend(self) -> TrackerBackend:
+        raise NotImplementedError
+
+    def test_connection(self) -> tuple[bool, str]:
+        raise NotImplementedError
+
+
+class TorchXFsspecHook(_TrackerHook):
+    """A tracker store on any fsspec filesystem, from a ``torchx_fsspec`` connection."""
+
+    conn_name_attr = "torchx_fsspec_conn_id"
+    default_conn_name = "torchx_fsspec_default"
+    conn_type = FSSPEC_CONN_TYPE
+    hook_name = "TorchX tracker store (fsspec)"
+
+    @classmethod
+    def example_env(cls) -> str:
+        return (
+            f'AIRFLOW_CONN_{cls.default_conn_name.upper()}=\'{{"conn_type": "{FSSPEC_CONN_TYPE}", '
+            '"extra": {"root": "s3://bucket/torchx-runs"}}\''
+        )
+
+    def backend(self) -> TrackerBackend:
+        conn = self.connection
+        root = _extra(conn, self.conn_type, "root")
+        if not isinstance(root, str) or not root.strip():
+            raise TorchXConnectionError(
+                f"Connection {self.conn_id!r}: extra 'root' must name where runs are stored (a path, "
+                f"file://..., s3://bucket/prefix, memory://...), got {root!r}. E.g. {self.example_env()}"
+            )
+        root = root.strip()
+        options = _extra_json_object(
+            self.conn_id, "storage_options", _extra(conn, self.conn_type, "storage_options")
+        )
+        protocol = root.split("://", 1)[0] if "://" in root else "file"
+        secrets = list(_sensitive_values(options))
+        if conn.login or conn.password:
+            names = _FSSPEC_CREDENTIALS.get(protocol)
+            if names is None:
+                raise TorchXConnectionError(
+                    f"Connection {self.conn_id!r}: root {root!r} uses protocol {protocol!r}, which takes no "
+                    "login/password. Clear them, or pass that filesystem's credentials in extra "
+                    "'storage_options'."
+                )
+            key_name, secret_name = names
+            if conn.login:
+                options.setdefault(key_name, conn.login)
+            if conn.password:
+                options.setdefault(secret_name, conn.password)
+                secrets.append(conn.password)
+        config: dict[str, Any] = {"root": root}
+        if options:
+            config["storage_options"] = options
+        return TrackerBackend(self.conn_id, "fsspec", config, secrets=tuple(secrets))
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Write a probe file under the root, read it back and delete it; report the step that failed."""
+        try:
+            backend = self.backend()
+            import fsspec
+
+            root = backend.config["root"]
+            fs, path = fsspec.core.url_to_fs(root, **backend.config.get("storage_options", {}))
+        except Exception as e:
+            return _probe_failure(self.conn_id, "reading the connection", e)
+        probe = f"{path.rstrip('/')}/.torchx-airflow-probe/{uuid.uuid4().hex}"
+        token = uuid.uuid4().hex
+        try:
+            fs.pipe_file(probe, token.encode())
+        except Exception as e:
+            return _probe_failure(self.conn_id, f"writing {probe!r}", e)
+        try:
+            read = fs.cat_file(probe).decode()
+        except Exception as e:
+            return _probe_failure(self.conn_id, f"reading back {probe!r}", e)
+        finally:
+            try:
+                fs.rm(probe)
+            except Exception:  # noqa: S110 - a probe file left behind is harmless
+                pass
+        if read != token:
+            return False, f"Connection {self.conn_id!r}: read back {read!r} from {probe!r}, wrote {token!r}"
+        return True, f"Wrote, read back and deleted a probe file under {root}"
+
+
+class MlflowTrackerHook(_TrackerHook):
+    """An MLflow tracking server (or store) for TorchX runs, from an ``mlflow`` connection."""
+
+    conn_name_attr = "mlflow_conn_id"
+    default_conn_name = "mlflow_default"
+    conn_type = MLFLOW_CONN_TYPE
+    hook_name = "MLflow"
+
+    @classmethod
+    def example_env(cls) -> str:
+        return (
+            f'AIRFLOW_CONN_{cls.default_conn_name.upper()}=\'{{"conn_type": "{MLFLOW_CONN_TYPE}", '
+            '"host": "http://mlflow:5000"}\''
+        )
+
+    def tracking_uri(self) -> str:
+        """The tracking URI from host (and port when host has no scheme)."""
+        conn = self.connection
+        host = (conn.host or "").strip()
+        if not host:
+            raise TorchXConnectionError(
+                f"Connection {self.conn_id!r}: host must be the MLflow tracking URI (http://mlflow:5000 or "
+                f"sqlite:////path/mlflow.db), got an empty host. E.g. {self.example_env()}"
+            )
+        if "://" in host:
+            return host
+        return f"http://{host}:{conn.port}" if conn.port else f"http://{host}"
+
+    def backend(self) -> TrackerBackend:
+        conn = self.connection
+        uri = self.tracking_uri()
+        experiment = _extra(conn, self.conn_type, "experiment") or DEFAULT_EXPERIMENT
+        if not isinstance(experiment, str):
+            raise TorchXConnectionError(
+                f"Connection {self.conn_id!r}: extra 'experiment' must be an experiment name, "
+                f"got {experiment!r}."
+            )
+        job_env: dict[str, str] = {}
+        if conn.login:
+            job_env[ENV_MLFLOW_USERNAME] = conn.login
+        if conn.password:
+            job_env[ENV_MLFLOW_PASSWORD] = conn.password
+        return TrackerBackend(
+            self.conn_id,
+            "mlflow",
+            {"tracking_uri": uri, "experiment": experiment},
+            job_env=job_env,
+            secrets=(conn.password,) if conn.password else (),
+            username=conn.login or None,
+            password=conn.password or None,
+        )
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Write a probe tag on the experiment and read it back; report the step that failed."""
+        try:
+            backend = self.backend()
+            store = backend.open_store()
+            client = store.client  # type: ignore[attr-defined]
+            experiment_id = store.experiment_id  # type: ignore[attr-defined]
+        except Exception as e:
+            return _probe_failure(self.conn_id, "opening the experiment", e)
+        token = uuid.uuid4().hex
+        try:
+            client.set_experiment_tag(experiment_id, "torchx_airflow.probe", token)
+        except Exception as e:
+            return _probe_failure(self.conn_id, "writing a probe tag", e)
+        try:
+            read = client.get_experiment(experiment_id).tags.get("torchx_airflow.probe")
+        except Exception as e:
+            return _probe_failure(self.conn_id, "reading the probe tag back", e)
+        if read != token:
+            return False, f"Connection {self.conn_id!r}: probe tag read back as {read!r}, wrote {token!r}"
+        return (
+            True,
+            f"Wrote and read back a probe tag on experiment {backend.config['experiment']!r} "
+            f"at {backend.config['tracking_uri']}",
+        )
+
+
+_HOOKS: dict[str, type[_TrackerHook]] = {
+    FSSPEC_CONN_TYPE: TorchXFsspecHook,
+    MLFLOW_CONN_TYPE: MlflowTrackerHook,
+}
+
+
+def tracker_hook(conn_id: str) -> _TrackerHook:
+    """The hook for a tracker connection, chosen by its connection type."""
+    probe = _TrackerHook(conn_id)
+    probe.conn_type = "torchx_fsspec or mlflow"
+    conn = probe.connection
+    hook_class = _HOOKS.get(conn.conn_type or "")
+    if hook_class is None:
+        raise TorchXConnectionError(
+            f"Connection {conn_id!r} has type {conn.conn_type!r}, which is not a tracker. "
+            f"Tracker connections have type {FSSPEC_CONN_TYPE!r} (an fsspec store) or "
+            f"{MLFLOW_CONN_TYPE!r} (an MLflow server); "
+            "fix the connection or remove it from 'trackers' / tracker_conn_ids."
+        )
+    hook = hook_class(conn_id)
+    hook.__dict__["connection"] = conn
+    return hook
+
+
+def normalize_conn_ids(value: str | Sequence[str] | None, where: str) -> tuple[str, ...] | None:
+    """``tracker_conn_ids`` as a tuple: a list, or one comma-separated string; None keeps the default."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = value.split(",")
+    if not all(isinstance(v, str) for v in value):
+        raise TorchXConnectionError(
+            f"{where}: tracker_conn_ids must be connection ids (a list of strings), got {value!r}."
+        )
+    ids = tuple(dict.fromkeys(v.strip() for v in value if v.strip()))
+    return ids
+
+
+class TrackerSet:
+    """The tracker backends of one task, in order; the first is where results are read from.
+
+    :param backends: resolved tracker connections.
+    """
+
+    def __init__(self, backends: Sequence[TrackerBackend]) -> None:
+        self.backends = tuple(backends)
+        counts: dict[str, int] = {}
+        self.entry_points: list[str] = []
+        for backend in self.backends:
+            names = ENTRY_POINTS[backend.kind]
+            n = counts.get(backend.kind, 0)
+            if n >= len(names):
+                raise TorchXConnectionError(
+                    f"Too many {backend.kind} tracker connections ({n + 1}): a task can use at most "
+                    f"{len(names)} of each kind. Remove some from 'trackers' / tracker_conn_ids."
+                )
+            counts[backend.kind] = n + 1
+            self.entry_points.append(names[n])
+        credentials = {
+            (b.job_env.get(ENV_MLFLOW_USERNAME), b.job_env.get(ENV_MLFLOW_PASSWORD))
+            for b in self.backends
+            if b.kind == "mlflow" and b.job_env
+        }
+        if len(credentials) > 1:
+            raise TorchXConnectionError(
+                "The MLflow tracker connections "
+                f"{[b.conn_id for b in self.backends if b.kind == 'mlflow']} have different credentials, "
+                "but a job reads MLflow credentials from one pair of variables "
+                "(MLFLOW_TRACKING_USERNAME/PASSWORD). Use one MLflow connection per task, "
+                "or the same login for all of them."
+            )
+
+    @classmethod
+    def for_conn_ids(cls, conn_ids: Iterable[str]) -> TrackerSet:
+        """Resolve tracker connections; their secrets are registered with Airflow's masker at once."""
+        backends = [tracker_hook(conn_id).backend() for conn_id in conn_ids]
+        for backend in backends:
+            for secret in backend.secrets:
+                mask_secret(secret)
+        return cls(backends)
+
+    def __bool__(self) -> bool:
+        return bool(self.backends)
+
+    def __repr__(self) -> str:
+        return f"TrackerSet({[b.conn_id for b in self.backends]})"
+
+    @property
+    def conn_ids(self) -> list[str]:
+        return [b.conn_id for b in self.backends]
+
+    def job_env(self) -> dict[str, str]:
+        """Variables every role gets: ``TORCHX_TRACKERS``, each store's config, MLflow credentials.
+
+        With exactly one MLflow tracker, ``MLFLOW_TRACKING_URI`` points at it too, so the job's own
+        ``mlflow`` calls land on the same server.
+        """
+        if not self.backends:
+            return {}
+        env = {ENV_TRACKERS: ",".join(self.entry_points)}
+        mlflow = [b for b in self.backends if b.kind == "mlflow"]
+        for name, backend in zip(self.entry_points, self.backends, strict=True):
+            env[config_env_name(name)] = json.dumps(backend.config, sort_keys=True)
+            env.update(backend.job_env)
+        if len(mlflow) == 1:
+            env[ENV_MLFLOW_URI] = mlflow[0].config["tracking_uri"]
+        return env
+
+    @cached_property
+    def stores(self) -> list[TrackerBase]:
+        """Launcher-side stores, one per backend, opened on first use."""
+        return [backend.open_store() for backend in self.backends]
+
+    def check(self) -> None:
+        """Open every store before anything is submitted: an unreachable tracker fails the task here.
+
+        For MLflow this also creates the experiment (and a new SQLite store's tables) once, before
+        the job's ranks start writing.
+        """
+        stores = []
+        for backend in self.backends:
+            try:
+                store = backend.open_store()
+                if backend.kind == "mlflow":
+                    _ = store.experiment_id  # type: ignore[attr-defined]
+            except Exception as e:
+                raise TorchXConnectionError(
+                    f"Tracker connection {backend.conn_id!r} ({backend.kind}) cannot be opened: "
+                    f"{type(e).__name__}: {e}. Fix the connection, or leave it out of 'trackers' / "
+                    "tracker_conn_ids. Nothing was submitted."
+                ) from e
+            stores.append(store)
+        self.__dict__["stores"] = stores
+
+    def run_url(self, run_id: str) -> str | None:
+        """The MLflow UI page of ``run_id`` on the first MLflow backend with an http(s) tracking URI."""
+        for backend, store in zip(self.backends, self.stores, strict=True):
+            if backend.kind == "mlflow" and backend.config["tracking_uri"].startswith(
+                ("http://", "https://")
+            ):
+                return store.run_url(run_id)  # type: ignore[attr-defined]
+        return None
