@@ -35,7 +35,6 @@ MODELS = (
 )
 
 
-
 def run_dir(output_dir: str, dag_run) -> str:
     """This DAG run's own output directory (also the ``run_dir`` macro of the templates)."""
     return f"{output_dir}/{dag_run.dag_id}/{dag_run.run_id.replace(':', '-')}"
@@ -73,8 +72,13 @@ with DAG(
         task_id="prepare",
         component="utils.python",
         component_args=[
-            "--script", str(JOBS / "prepare.py"), "--",
-            "--out", f"{RUN_DIR}/prepare", "--rows", "{{ params.rows }}",
+            "--script",
+            str(JOBS / "prepare.py"),
+            "--",
+            "--out",
+            f"{RUN_DIR}/prepare",
+            "--rows",
+            "{{ params.rows }}",
         ],  # fmt: skip
         scheduler="{{ params.scheduler }}",
         poll_interval=1,
@@ -87,9 +91,17 @@ with DAG(
         out = run_dir(params["output_dir"], dag_run)
         return [
             [
-                "--script", str(JOBS / "train.py"), "--",
-                "--data", data, "--lr", str(lr), "--epochs", str(params["epochs"]),
-                "--out", f"{out}/train-{i}",
+                "--script",
+                str(JOBS / "train.py"),
+                "--",
+                "--data",
+                data,
+                "--lr",
+                str(lr),
+                "--epochs",
+                str(params["epochs"]),
+                "--out",
+                f"{out}/train-{i}",
             ]  # fmt: skip
             for i, lr in enumerate(params["learning_rates"])
         ]
@@ -106,8 +118,15 @@ with DAG(
         task_id="evaluate",
         component="utils.python",
         component_args=[
-            "--script", str(JOBS / "evaluate.py"), "--",
-            "--data", DATA, "--models", MODELS, "--out", f"{RUN_DIR}/evaluate",
+            "--script",
+            str(JOBS / "evaluate.py"),
+            "--",
+            "--data",
+            DATA,
+            "--models",
+            MODELS,
+            "--out",
+            f"{RUN_DIR}/evaluate",
         ],  # fmt: skip
         scheduler="{{ params.scheduler }}",
         poll_interval=1,

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 from torchx.tracker.api import AppRun
-
 from train import load, mse  # noqa: I001 - the job's own directory is on sys.path
 
 

@@ -162,12 +162,13 @@ class _TrackerHook(BaseHook):
         except AirflowNotFoundException as e:
             raise TorchXConnectionError(
                 f"Tracker connection {self.conn_id!r} is not defined. Create a connection of type "
-                f"{self.conn_type!r} with that id, e.g. {self.example_env()}"
+                f"{self.conn_type or f'{FSSPEC_CONN_TYPE!r} or {MLFLOW_CONN_TYPE!r}'} with that id, "
+                f"e.g. {self.example_env()}"
             ) from e
 
     @classmethod
     def example_env(cls) -> str:
-        raise NotImplementedError
+        return f"{TorchXFsspecHook.example_env()} or {MlflowTrackerHook.example_env()}"
 
     def backend(self) -> TrackerBackend:
         raise NotImplementedError
@@ -234,9 +235,11 @@ class TorchXFsspecHook(_TrackerHook):
             fs, path = fsspec.core.url_to_fs(root, **backend.config.get("storage_options", {}))
         except Exception as e:
             return _probe_failure(self.conn_id, "reading the connection", e)
-        probe = f"{path.rstrip('/')}/.torchx-airflow-probe/{uuid.uuid4().hex}"
+        probe_dir = f"{path.rstrip('/')}/.torchx-airflow-probe"
+        probe = f"{probe_dir}/{uuid.uuid4().hex}"
         token = uuid.uuid4().hex
         try:
+            fs.makedirs(probe_dir, exist_ok=True)
             fs.pipe_file(probe, token.encode())
         except Exception as e:
             return _probe_failure(self.conn_id, f"writing {probe!r}", e)
@@ -341,9 +344,7 @@ _HOOKS: dict[str, type[_TrackerHook]] = {
 
 def tracker_hook(conn_id: str) -> _TrackerHook:
     """The hook for a tracker connection, chosen by its connection type."""
-    probe = _TrackerHook(conn_id)
-    probe.conn_type = "torchx_fsspec or mlflow"
-    conn = probe.connection
+    conn = _TrackerHook(conn_id).connection
     hook_class = _HOOKS.get(conn.conn_type or "")
     if hook_class is None:
         raise TorchXConnectionError(

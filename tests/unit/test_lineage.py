@@ -1,0 +1,152 @@
+"""Which upstream runs become a task's parents, on a real DAG object with Airflow's state and XCom
+answers stood in for (the integration tests run the same through real DAG runs)."""
+
+from __future__ import annotations
+
+import pendulum
+import pytest
+from airflow.sdk import DAG, BaseOperator, TaskGroup
+
+from torchx_airflow.lineage import XCOM_RUN_ID, _states_by_task, airflow_metadata, airflow_run_id, parent_runs
+
+RUN = "manual__1"
+
+
+class Noop(BaseOperator):
+    def execute(self, context):
+        return None
+
+
+class FakeTI:
+    """Answers get_task_states and xcom_pull like the Task SDK does, from fixed tables."""
+
+    def __init__(self, task, states: dict[str, str], run_ids: dict[tuple[str, int], str]) -> None:
+        self.task = task
+        self.dag_id = task.dag_id
+        self.run_id = RUN
+        self.task_id = task.task_id
+        self.map_index = -1
+        self.try_number = 2
+        self.states = states
+        self.run_ids = run_ids
+        self.state_calls = 0
+
+    def get_task_states(self, dag_id, task_ids, run_ids):
+        self.state_calls += 1
+        assert run_ids == [RUN]
+        return {
+            RUN: {k: v for k, v in self.states.items() if k.rpartition("_")[0] in task_ids or k in task_ids}
+        }
+
+    def xcom_pull(self, task_ids, key, map_indexes=None):
+        assert key == XCOM_RUN_ID
+        (task_id,) = task_ids
+        found = sorted((i, v) for (t, i), v in self.run_ids.items() if t == task_id)
+        if map_indexes is not None:
+            found = [(i, v) for i, v in found if i in map_indexes]
+        return [v for _, v in found]
+
+
+@pytest.fixture
+def dag():
+    with DAG("d", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")) as dag:
+        prepare = Noop(task_id="prepare")
+        args = Noop(task_id="args")
+        train = Noop(task_id="train")  # mapped in the tables below: train_0, train_1, train_2
+        with TaskGroup("grp") as grp:
+            a = Noop(task_id="a")
+            b = Noop(task_id="b")
+            a >> b
+        skipped = Noop(task_id="skipped")
+        failed_plain = Noop(task_id="failed_plain")
+        helper = Noop(task_id="helper")
+        join = Noop(task_id="join")
+        prepare >> args >> train >> join
+        prepare >> grp >> join
+        prepare >> skipped >> join
+        prepare >> failed_plain >> join
+        prepare >> helper >> join
+    return dag
+
+
+def test_parents_are_the_nearest_tracked_successful_ancestors(dag):
+    join = dag.get_task("join")
+    states = {
+        "prepare": "success",
+        "args": "success",
+        "train_0": "success",
+        "train_1": "success",
+        "train_2": "failed",
+        "grp.a": "success",
+        "grp.b": "success",
+        "skipped": "skipped",
+        "failed_plain": "failed",
+        "helper": "success",
+    }
+    run_ids = {
+        ("prepare", -1): "local_cwd://t/prepare-1",
+        ("train", 0): "local_cwd://t/train-0",
+        ("train", 1): "local_cwd://t/train-1",
+        ("train", 2): "local_cwd://t/train-2",  # pushed, then the task was marked failed
+        ("grp.b", -1): "local_cwd://t/b",
+        ("skipped", -1): "local_cwd://t/should-not-appear",
+        ("helper", -1): airflow_run_id("d", RUN, "helper"),
+    }
+    ti = FakeTI(join, states, run_ids)
+    parents = parent_runs({"ti": ti, "task": join})
+    assert sorted(parents) == sorted(
+        ["local_cwd://t/train-0", "local_cwd://t/train-1", "local_cwd://t/b", "airflow://d/manual__1/helper"]
+    )
+    # grp.a is behind the tracked grp.b, prepare behind tracked runs or failed/skipped tasks: not parents.
+
+
+def test_lineage_flows_through_untracked_tasks_and_stops_at_failed_ones(dag):
+    train = dag.get_task("train")
+    ti = FakeTI(
+        train, {"args": "success", "prepare": "success"}, {("prepare", -1): "local_cwd://t/prepare-1"}
+    )
+    assert parent_runs({"ti": ti, "task": train}) == ["local_cwd://t/prepare-1"]
+    ti = FakeTI(train, {"args": "failed", "prepare": "success"}, {("prepare", -1): "local_cwd://t/prepare-1"})
+    assert parent_runs({"ti": ti, "task": train}) == []
+
+
+def test_a_task_without_upstreams_has_no_parents_and_asks_nothing(dag):
+    prepare = dag.get_task("prepare")
+    ti = FakeTI(prepare, {}, {})
+    assert parent_runs({"ti": ti, "task": prepare}) == []
+    assert ti.state_calls == 0
+
+
+def test_mapped_states_are_split_back_by_task_id():
+    states = {
+        "train": "success",
+        "train_1": "failed",
+        "train_x": "success",
+        "train_2_3": "success",
+        "t_2": "up",
+    }
+    assert _states_by_task(states, ["train", "train_2"]) == {
+        "train": {-1: "success", 1: "failed"},
+        "train_2": {3: "success"},
+    }
+
+
+def test_airflow_metadata_describes_the_task_instance(dag):
+    join = dag.get_task("join")
+    ti = FakeTI(join, {}, {})
+
+    class Run:
+        logical_date = None
+        run_after = pendulum.datetime(2026, 5, 1, tz="UTC")
+
+    md = airflow_metadata({"ti": ti, "task": join, "dag_run": Run()})
+    assert md == {
+        "airflow_dag_id": "d",
+        "airflow_run_id": RUN,
+        "airflow_task_id": "join",
+        "airflow_map_index": -1,
+        "airflow_try_number": 2,
+        "airflow_logical_date": "2026-05-01T00:00:00+00:00",
+        "airflow_upstream_task_ids": ["failed_plain", "grp.b", "helper", "skipped", "train"],
+    }
+    assert airflow_run_id("d", "r", "t", 3) == "airflow://d/r/t/3"

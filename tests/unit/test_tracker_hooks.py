@@ -1,0 +1,216 @@
+"""Tracker connections: fields to job env and stores, bad connections refused with the fix, real probes."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from torchx_airflow.exceptions import TorchXConfigError, TorchXConnectionError
+from torchx_airflow.hooks.torchx import _tracker_environ
+from torchx_airflow.hooks.tracker import (
+    MlflowTrackerHook,
+    TorchXFsspecHook,
+    TrackerSet,
+    tracker_hook,
+)
+from torchx_airflow.operators.torchx import TorchXDryRunOperator, app_name_for
+
+SECRET = "s3-Secret-Key-0042"
+
+
+def _conn(monkeypatch, conn_id: str, **fields) -> None:
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(fields))
+
+
+def test_fsspec_s3_login_and_password_become_key_and_secret(monkeypatch):
+    _conn(
+        monkeypatch,
+        "store",
+        conn_type="torchx_fsspec",
+        login="AKIAEXAMPLE",
+        password=SECRET,
+        extra={"root": "s3://bucket/runs", "storage_options": {"endpoint_url": "http://minio:9000"}},
+    )
+    backend = tracker_hook("store").backend()
+    assert backend.kind == "fsspec"
+    assert backend.config == {
+        "root": "s3://bucket/runs",
+        "storage_options": {"endpoint_url": "http://minio:9000", "key": "AKIAEXAMPLE", "secret": SECRET},
+    }
+    assert backend.secrets == (SECRET,)
+    assert SECRET not in repr(backend)
+
+
+def test_fsspec_storage_option_secrets_are_secrets_too(monkeypatch):
+    _conn(
+        monkeypatch,
+        "store",
+        conn_type="torchx_fsspec",
+        extra={"root": "gs://b/p", "storage_options": '{"token": "tok-123456789", "project": "p"}'},
+    )
+    assert TorchXFsspecHook("store").backend().secrets == ("tok-123456789",)
+
+
+@pytest.mark.parametrize(
+    ("fields", "fragment"),
+    [
+        ({"extra": {}}, "extra 'root' must name where runs are stored"),
+        ({"extra": {"root": "/data/runs", "storage_options": "{bad"}}, "'storage_options' is not valid JSON"),
+        (
+            {"extra": {"root": "/data/runs", "storage_options": [1]}},
+            "'storage_options' must be a JSON object",
+        ),
+        ({"extra": {"root": "/data/runs"}, "password": SECRET}, "protocol 'file', which takes no login"),
+    ],
+)
+def test_bad_fsspec_connections_name_the_field_and_the_fix(monkeypatch, fields, fragment):
+    _conn(monkeypatch, "store", conn_type="torchx_fsspec", **fields)
+    with pytest.raises(TorchXConnectionError, match="Connection 'store'") as e:
+        TorchXFsspecHook("store").backend()
+    assert fragment in str(e.value)
+    assert SECRET not in str(e.value)
+
+
+def test_mlflow_host_is_the_tracking_uri_and_credentials_go_to_mlflows_variables(monkeypatch):
+    _conn(
+        monkeypatch, "ml", conn_type="mlflow", host="mlflow.internal", port=5000, login="u", password=SECRET
+    )
+    backend = MlflowTrackerHook("ml").backend()
+    assert backend.config == {"tracking_uri": "http://mlflow.internal:5000", "experiment": "torchx"}
+    assert backend.job_env == {"MLFLOW_TRACKING_USERNAME": "u", "MLFLOW_TRACKING_PASSWORD": SECRET}
+    _conn(monkeypatch, "ml2", conn_type="mlflow", host="sqlite:////d/m.db", extra={"experiment": "exp"})
+    assert MlflowTrackerHook("ml2").backend().config == {
+        "tracking_uri": "sqlite:////d/m.db",
+        "experiment": "exp",
+    }
+    _conn(monkeypatch, "ml3", conn_type="mlflow")
+    with pytest.raises(TorchXConnectionError, match="host must be the MLflow tracking URI"):
+        MlflowTrackerHook("ml3").backend()
+
+
+def test_tracker_of_the_wrong_type_or_missing_is_refused(monkeypatch):
+    _conn(monkeypatch, "http_conn", conn_type="http", host="x")
+    with pytest.raises(TorchXConnectionError, match="type 'http', which is not a tracker"):
+        tracker_hook("http_conn")
+    with pytest.raises(TorchXConnectionError, match="'nope' is not defined.*AIRFLOW_CONN_"):
+        tracker_hook("nope")
+
+
+def test_tracker_set_job_env_names_each_store_and_sets_mlflow_uri(monkeypatch, tmp_path):
+    _conn(monkeypatch, "fs1", conn_type="torchx_fsspec", extra={"root": str(tmp_path / "a")})
+    _conn(monkeypatch, "fs2", conn_type="torchx_fsspec", extra={"root": "memory://b"})
+    _conn(monkeypatch, "ml", conn_type="mlflow", host="http://m:5000", login="u", password=SECRET)
+    env = TrackerSet.for_conn_ids(["fs1", "ml", "fs2"]).job_env()
+    assert env["TORCHX_TRACKERS"] == "airflow_fsspec,airflow_mlflow,airflow_fsspec_2"
+    assert json.loads(env["TORCHX_TRACKER_AIRFLOW_FSSPEC_CONFIG"]) == {"root": str(tmp_path / "a")}
+    assert json.loads(env["TORCHX_TRACKER_AIRFLOW_FSSPEC_2_CONFIG"]) == {"root": "memory://b"}
+    assert json.loads(env["TORCHX_TRACKER_AIRFLOW_MLFLOW_CONFIG"]) == {
+        "tracking_uri": "http://m:5000",
+        "experiment": "torchx",
+    }
+    assert env["MLFLOW_TRACKING_URI"] == "http://m:5000"
+    assert env["MLFLOW_TRACKING_PASSWORD"] == SECRET
+    assert TrackerSet([]).job_env() == {}
+
+
+def test_tracker_set_limits(monkeypatch):
+    for i in range(5):
+        _conn(monkeypatch, f"fs{i}", conn_type="torchx_fsspec", extra={"root": f"memory://{i}"})
+    with pytest.raises(TorchXConnectionError, match="at most 4 of each kind"):
+        TrackerSet.for_conn_ids([f"fs{i}" for i in range(5)])
+    _conn(monkeypatch, "ml1", conn_type="mlflow", host="http://a", login="u", password="p1-password")
+    _conn(monkeypatch, "ml2", conn_type="mlflow", host="http://b", login="v", password="p2-password")
+    with pytest.raises(TorchXConnectionError, match="different credentials"):
+        TrackerSet.for_conn_ids(["ml1", "ml2"])
+
+
+def test_task_trackers_default_to_the_torchx_connection_and_operator_overrides(monkeypatch, tmp_path):
+    _conn(monkeypatch, "fs1", conn_type="torchx_fsspec", extra={"root": str(tmp_path)})
+    _conn(monkeypatch, "fs2", conn_type="torchx_fsspec", extra={"root": "memory://x"})
+    _conn(monkeypatch, "tx", conn_type="torchx", extra={"trackers": ["fs1"]})
+    op = TorchXDryRunOperator(task_id="t", component="utils.echo", torchx_conn_id="tx")
+    assert op.trackers.conn_ids == ["fs1"]
+    op = TorchXDryRunOperator(
+        task_id="t", component="utils.echo", torchx_conn_id="tx", tracker_conn_ids="fs2"
+    )
+    assert op.trackers.conn_ids == ["fs2"]
+    op = TorchXDryRunOperator(task_id="t", component="utils.echo", torchx_conn_id="tx", tracker_conn_ids=[])
+    assert not op.trackers
+
+
+def test_every_role_gets_the_tracker_env_and_the_app_its_task_name(monkeypatch, tmp_path):
+    _conn(monkeypatch, "fs1", conn_type="torchx_fsspec", extra={"root": str(tmp_path)})
+    op = TorchXDryRunOperator(
+        task_id="Group.Train_1", component="utils.echo", tracker_conn_ids=["fs1"], env={"A": "1"}
+    )
+    app = op.build_app()
+    assert app.name == "group-train-1"
+    (role,) = app.roles
+    assert role.env["TORCHX_TRACKERS"] == "airflow_fsspec"
+    assert role.env["A"] == "1"
+    clash = TorchXDryRunOperator(
+        task_id="t", component="utils.echo", tracker_conn_ids=["fs1"], env={"TORCHX_TRACKERS": "mine"}
+    )
+    with pytest.raises(TorchXConfigError, match="Configure trackers one way"):
+        clash.build_app()
+    assert app_name_for("___") == "app"
+
+
+def test_the_workers_own_tracker_variables_never_reach_the_job(monkeypatch, tmp_path):
+    """TorchX's dryrun copies TORCHX_TRACKERS/TORCHX_PARENT_RUN_ID from the launching process."""
+    monkeypatch.setenv("TORCHX_TRACKERS", "worker_tracker")
+    monkeypatch.setenv("TORCHX_TRACKER_WORKER_TRACKER_CONFIG", "worker-config")
+    monkeypatch.setenv("TORCHX_PARENT_RUN_ID", "worker://parent")
+    _conn(monkeypatch, "fs1", conn_type="torchx_fsspec", extra={"root": str(tmp_path)})
+    for conn_ids, trackers in ((["fs1"], "airflow_fsspec"), ([], None)):
+        op = TorchXDryRunOperator(task_id="t", component="utils.echo", tracker_conn_ids=conn_ids)
+        app = op.build_app()
+        op.hook.dryrun(app)
+        (role,) = app.roles
+        assert role.env.get("TORCHX_TRACKERS") == trackers
+        assert "TORCHX_PARENT_RUN_ID" not in role.env
+        assert "TORCHX_TRACKER_WORKER_TRACKER_CONFIG" not in role.env
+    assert os.environ["TORCHX_PARENT_RUN_ID"] == "worker://parent"  # restored afterwards
+    with _tracker_environ():
+        assert "TORCHX_TRACKERS" not in os.environ
+
+
+def test_fsspec_test_connection_writes_and_reads_a_probe(monkeypatch, tmp_path):
+    _conn(monkeypatch, "ok", conn_type="torchx_fsspec", extra={"root": str(tmp_path / "runs")})
+    ok, message = TorchXFsspecHook("ok").test_connection()
+    assert ok, message
+    assert list((tmp_path / "runs" / ".torchx-airflow-probe").iterdir()) == []  # probe removed
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    _conn(monkeypatch, "bad", conn_type="torchx_fsspec", extra={"root": str(blocked / "runs")})
+    ok, message = TorchXFsspecHook("bad").test_connection()
+    assert not ok
+    assert "Connection 'bad'" in message and "failed" in message
+
+
+@pytest.mark.integration
+def test_mlflow_test_connection_against_a_real_server(monkeypatch, mlflow_uri):
+    _conn(monkeypatch, "ml", conn_type="mlflow", host=mlflow_uri, extra={"experiment": "probe"})
+    ok, message = MlflowTrackerHook("ml").test_connection()
+    assert ok, message
+    from tests.services import free_port
+
+    _conn(monkeypatch, "down", conn_type="mlflow", host=f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    ok, message = MlflowTrackerHook("down").test_connection()
+    assert not ok
+    assert "Connection 'down': opening the experiment failed" in message
+
+
+def test_unreachable_tracker_fails_before_submission(monkeypatch):
+    from tests.services import free_port
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    _conn(monkeypatch, "down", conn_type="mlflow", host=f"http://127.0.0.1:{free_port()}")
+    trackers = TrackerSet.for_conn_ids(["down"])
+    with pytest.raises(
+        TorchXConnectionError, match="'down' \\(mlflow\\) cannot be opened.*Nothing was submitted"
+    ):
+        trackers.check()
