@@ -57,6 +57,20 @@ class DagRunResult:
     db: Path | None = None
     dag_id: str = ""
 
+    def stored_text(self) -> str:
+        """Every XCom value and rendered template field of this run, as stored: to search for secrets."""
+        assert self.db is not None
+        with sqlite3.connect(self.db) as conn:
+            xcoms = conn.execute(
+                "SELECT value FROM xcom WHERE dag_id=? AND run_id=?", (self.dag_id, self.run_id)
+            ).fetchall()
+            rendered = conn.execute(
+                "SELECT rendered_fields FROM rendered_task_instance_fields WHERE dag_id=? AND run_id=?",
+                (self.dag_id, self.run_id),
+            ).fetchall()
+        assert xcoms and rendered, "nothing stored for this run"
+        return "\n".join(str(v) for (v,) in xcoms + rendered)
+
     def xcom(self, task_id: str, key: str = "return_value", map_index: int = -1) -> Any:
         assert self.db is not None
         with sqlite3.connect(self.db) as conn:
@@ -70,15 +84,28 @@ class DagRunResult:
         return json.loads(value) if isinstance(value, str) and value[:1] in "[{" else value
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def run_dag(airflow_db: Path):
-    """Run a DAG from tests/dags through ``airflow dags test``; returns a ``DagRunResult``."""
+    """Run a DAG through ``airflow dags test``; returns a ``DagRunResult``.
 
-    def _run(dag_id: str, conf: dict[str, Any] | None = None, timeout: float = 240) -> DagRunResult:
+    DAGs come from tests/dags unless ``dags_folder`` says otherwise; ``env`` is added to the
+    command's environment (connections as ``AIRFLOW_CONN_*``, for example).
+    """
+
+    def _run(
+        dag_id: str,
+        conf: dict[str, Any] | None = None,
+        timeout: float = 240,
+        env: dict[str, str] | None = None,
+        dags_folder: Path | None = None,
+    ) -> DagRunResult:
         cmd = [AIRFLOW, "dags", "test", dag_id]
         if conf:
             cmd += ["--conf", json.dumps(conf)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+        run_env = {**os.environ, **(env or {})}
+        if dags_folder is not None:
+            run_env["AIRFLOW__CORE__DAGS_FOLDER"] = str(dags_folder)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=run_env)
         return collect_run(airflow_db, dag_id, proc.returncode, proc.stdout + proc.stderr)
 
     return _run

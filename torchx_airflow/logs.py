@@ -13,6 +13,8 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from torchx_airflow.secrets import redact_text
+
 if TYPE_CHECKING:
     from torchx_airflow.hooks.torchx import TorchXHook
 
@@ -68,7 +70,10 @@ class AppLogStreamer:
             except queue.Empty:
                 return
             if item is not _DONE:
-                self._log.info("%s %s", *item)
+                # Jobs get tracker credentials in their env: a job that prints one must not put it in the
+                # task log, whether or not the log's writer masks secrets (`airflow dags test` does not).
+                prefix, line = item
+                self._log.info("%s %s", prefix, redact_text(line))
                 self.line_count += 1
 
     def finish(self, timeout: float = 30.0) -> None:

@@ -1,0 +1,218 @@
+"""Automatic lineage and in-job tracking through real DAG runs, with real backends: an fsspec store
+(local directory, or moto's S3 server behind s3fs) and a real MLflow tracking server."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from torchx_airflow_tracker.fsspec_store import FsspecStore
+from torchx_airflow_tracker.mlflow_store import MlflowStore
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.integration
+
+S3_SECRET = "s3-Secret-Key-Lineage-0042"
+MLFLOW_PASSWORD = "mlflow-Pa55word-Lineage"
+WORKER_ENV = {
+    "TORCHX_TRACKERS": "worker_tracker",
+    "TORCHX_TRACKER_WORKER_TRACKER_CONFIG": "from-the-worker",
+    "TORCHX_PARENT_RUN_ID": "worker://not-a-parent",
+}
+
+
+def _conn(conn_type: str, **fields) -> str:
+    return json.dumps({"conn_type": conn_type, **fields})
+
+
+def _sources(store, run_id: str) -> list[str]:
+    return sorted(s.source_run_id for s in store.sources(run_id))
+
+
+def _check_airflow_metadata(md: dict, dag_id: str, run_id: str, task_id: str, map_index: int, upstream: list):
+    assert md["airflow_dag_id"] == dag_id
+    assert md["airflow_run_id"] == run_id
+    assert md["airflow_task_id"] == task_id
+    assert md["airflow_map_index"] == map_index
+    assert md["airflow_try_number"] == 1
+    assert datetime.fromisoformat(md["airflow_logical_date"]).tzinfo is not None
+    assert md["airflow_upstream_task_ids"] == upstream
+
+
+@pytest.fixture(scope="module")
+def pipeline_run(run_dag, tmp_path_factory, mlflow_uri):
+    """One run of the example torchx_pipeline with both backends and a conf that changes the params."""
+    root = tmp_path_factory.mktemp("pipeline-store")
+    out = tmp_path_factory.mktemp("pipeline-out")
+    env = {
+        "AIRFLOW_CONN_TORCHX_DEFAULT": _conn(
+            "torchx", extra={"scheduler": "local_cwd", "trackers": ["pipe_fs", "pipe_ml"]}
+        ),
+        "AIRFLOW_CONN_PIPE_FS": _conn("torchx_fsspec", extra={"root": str(root)}),
+        "AIRFLOW_CONN_PIPE_ML": _conn("mlflow", host=mlflow_uri, extra={"experiment": "pipeline"}),
+    }
+    conf = {"learning_rates": [0.1, 0.4], "epochs": 7, "rows": 60, "output_dir": str(out)}
+    result = run_dag("torchx_pipeline", conf=conf, env=env, dags_folder=REPO / "dags", timeout=400)
+    assert result.returncode == 0, result.output[-6000:]
+    stores = {"fsspec": FsspecStore(str(root)), "mlflow": MlflowStore(mlflow_uri, "pipeline")}
+    return result, stores, out
+
+
+def test_pipeline_succeeds_with_the_triggered_params(pipeline_run):
+    result, _, out = pipeline_run
+    assert result.states == {
+        "prepare": "success",
+        "train_args": "success",
+        "train[0]": "success",
+        "train[1]": "success",
+        "evaluate": "success",
+    }
+    # the jobs got the conf's values: 60 rows, two learning rates, 7 epochs
+    assert result.xcom("prepare")["metadata"]["rows"] == 60
+    trained = [result.xcom("train", map_index=i) for i in (0, 1)]
+    assert [t["metadata"]["lr"] for t in trained] == [0.1, 0.4]
+    assert {t["metadata"]["epochs"] for t in trained} == {7}
+    assert all(Path(t["artifacts"]["model"]["path"]).is_relative_to(out) for t in trained)
+
+
+def test_pipeline_lineage_edges_are_exact_in_both_backends(pipeline_run):
+    result, stores, _ = pipeline_run
+    prepare = result.xcom("prepare", key="app_handle")
+    train = sorted(result.xcom("train", key="app_handle", map_index=i) for i in (0, 1))
+    evaluate = result.xcom("evaluate", key="app_handle")
+    assert prepare.startswith("local_cwd://torchx/prepare-")
+    for name, store in stores.items():
+        assert _sources(store, evaluate) == train, name
+        for handle in train:
+            assert _sources(store, handle) == [prepare], name
+        assert _sources(store, prepare) == [], name
+        assert sorted(s.source_run_id for s in store.descendants(prepare)) == train, name
+        lineage = store.lineage(evaluate)
+        assert {(e.run_id, e.source_run_id) for e in lineage.upstream} == {
+            *((evaluate, t) for t in train),
+            *((t, prepare) for t in train),
+        }, name
+
+
+def test_pipeline_job_metadata_artifacts_and_airflow_context_in_both_backends(pipeline_run):
+    result, stores, _ = pipeline_run
+    for name, store in stores.items():
+        for i, lr in enumerate([0.1, 0.4]):
+            handle = result.xcom("train", key="app_handle", map_index=i)
+            md = store.metadata(handle)
+            assert md["lr"] == lr and md["epochs"] == 7 and md["loss"] >= 0, name
+            _check_airflow_metadata(md, "torchx_pipeline", result.run_id, "train", i, ["train_args"])
+            assert Path(store.artifacts(handle)["model"].path).exists(), name
+        evaluate = result.xcom("evaluate", key="app_handle")
+        md = store.metadata(evaluate)
+        _check_airflow_metadata(md, "torchx_pipeline", result.run_id, "evaluate", -1, ["train"])
+        assert md["models"] == 2 and md["best_lr"] in (0.1, 0.4), name
+        assert set(store.artifacts(evaluate)) == {"report", "best_model"}, name
+
+
+def test_pipeline_results_reach_xcom_and_the_mlflow_link(pipeline_run, mlflow_uri):
+    result, stores, _ = pipeline_run
+    evaluate = result.xcom("evaluate")
+    handle = evaluate["app_handle"]
+    assert evaluate["state"] == "SUCCEEDED"
+    assert evaluate["sources"] == sorted(result.xcom("train", key="app_handle", map_index=i) for i in (0, 1))
+    report = json.loads(Path(evaluate["artifacts"]["report"]["path"]).read_text())
+    assert report["best"]["lr"] == evaluate["metadata"]["best_lr"]
+    assert evaluate["artifacts"]["best_model"]["metadata"] == {"lr": evaluate["metadata"]["best_lr"]}
+    url = result.xcom("evaluate", key="tracker_url")
+    mlflow_run = stores["mlflow"].mlflow_run_id(handle)
+    assert url == f"{mlflow_uri}/#/experiments/{stores['mlflow'].experiment_id}/runs/{mlflow_run}"
+    assert result.xcom("evaluate", key="torchx_run_id") == handle
+
+
+@pytest.fixture(scope="module")
+def lineage_run(run_dag, mlflow_uri, s3_endpoint):
+    """tx_lineage on an S3 store (credentials from the connection) and MLflow with a password."""
+    env = {
+        **WORKER_ENV,
+        "AIRFLOW_CONN_TORCHX_DEFAULT": _conn(
+            "torchx", extra={"scheduler": "local_cwd", "trackers": ["lin_s3", "lin_ml"]}
+        ),
+        "AIRFLOW_CONN_LIN_S3": _conn(
+            "torchx_fsspec",
+            login="testing",
+            password=S3_SECRET,
+            extra={"root": "s3://lineage-tests/runs", "storage_options": {"endpoint_url": s3_endpoint}},
+        ),
+        "AIRFLOW_CONN_LIN_ML": _conn(
+            "mlflow",
+            host=mlflow_uri,
+            login="airflow",
+            password=MLFLOW_PASSWORD,
+            extra={"experiment": "lineage"},
+        ),
+    }
+    result = run_dag("tx_lineage", env=env, timeout=400)
+    assert result.returncode == 0, result.output[-6000:]
+    s3 = FsspecStore(
+        "s3://lineage-tests/runs", {"endpoint_url": s3_endpoint, "key": "testing", "secret": S3_SECRET}
+    )
+    return result, {"s3": s3, "mlflow": MlflowStore(mlflow_uri, "lineage")}
+
+
+def test_fan_in_groups_helper_and_skipped_upstreams(lineage_run):
+    result, stores = lineage_run
+    assert result.states["skipme"] == "skipped"
+    handle = {t: result.xcom(t, key="app_handle") for t in ("a", "grp.b", "c", "join")}
+    feat = f"airflow://tx_lineage/{result.run_id}/feat"
+    assert result.xcom("feat") == feat
+    assert result.xcom("feat", key="torchx_run_id") == feat
+    for name, store in stores.items():
+        # join: c directly, grp.b through the untracked `plain`, the tracked @task feat; not the skipped
+        # TorchX task, not `a` (behind feat and grp.b). The job's own TORCHX_PARENT_RUN_ID=c is one edge.
+        assert _sources(store, handle["join"]) == sorted([handle["c"], handle["grp.b"], feat]), name
+        assert len(list(store.sources(handle["join"]))) == 3, name
+        assert _sources(store, handle["grp.b"]) == [handle["a"]], name
+        assert _sources(store, feat) == [handle["a"]], name
+        assert _sources(store, handle["c"]) == [], name
+        assert store.metadata(feat)["rows"] == 3, name
+        assert store.artifacts(feat)["features"].path == "/data/features.parquet", name
+        _check_airflow_metadata(store.metadata(feat), "tx_lineage", result.run_id, "feat", -1, ["a"])
+        _check_airflow_metadata(
+            store.metadata(handle["join"]),
+            "tx_lineage",
+            result.run_id,
+            "join",
+            -1,
+            ["c", "feat", "plain", "skipme"],
+        )
+        assert store.metadata(handle["join"])["step"] == "join", name  # written by the job itself
+
+
+def test_jobs_get_the_tasks_trackers_never_the_workers(lineage_run):
+    result, _ = lineage_run
+    out = result.output
+    assert "a: TORCHX_TRACKERS=airflow_fsspec,airflow_mlflow" in out
+    assert "a: TORCHX_PARENT_RUN_ID=<unset>" in out
+    assert f"join: TORCHX_PARENT_RUN_ID={result.xcom('c', key='app_handle')}" in out
+    assert "worker://not-a-parent" not in out and "from-the-worker" not in out
+    assert "join: recorded" in out
+
+
+def test_no_secret_in_task_logs_dry_run_rendered_fields_or_xcom(lineage_run):
+    result, stores = lineage_run
+    # The secrets reached the job: it wrote to S3 with the connection's key and printed its password.
+    assert stores["s3"].metadata(result.xcom("a", key="app_handle"))["backends"] == 2
+    assert "a: MLFLOW_TRACKING_PASSWORD=***" in result.output
+    plan = result.xcom("plan")
+    assert "TORCHX_TRACKER_AIRFLOW_FSSPEC_CONFIG" in plan["roles"][0]["env_names"]
+    assert plan["trackers"] == ["lin_s3", "lin_ml"]
+    stored = result.stored_text()
+    for secret in (S3_SECRET, MLFLOW_PASSWORD):
+        assert secret not in result.output
+        assert secret not in stored
+        assert secret not in json.dumps(plan)
+    logs = Path(os.environ["AIRFLOW_HOME"]) / "logs"
+    for path in logs.rglob("*") if logs.exists() else []:
+        if path.is_file():
+            text = path.read_text(errors="replace")
+            assert S3_SECRET not in text and MLFLOW_PASSWORD not in text, path
