@@ -35,6 +35,7 @@ def get_provider_info() -> dict[str, Any]:
             {"integration-name": integration, "python-modules": ["torchx_airflow.operators.torchx"]}
         ],
         "sensors": [{"integration-name": integration, "python-modules": ["torchx_airflow.sensors.torchx"]}],
+        "triggers": [{"integration-name": integration, "python-modules": ["torchx_airflow.triggers.torchx"]}],
         "extra-links": [
             "torchx_airflow.links.torchx.TorchXAppLink",
             "torchx_airflow.links.torchx.TorchXTrackerLink",

@@ -42,17 +42,21 @@ class AppLogStreamer:
     def start(self) -> AppLogStreamer:
         for role, count in self._replicas.items():
             for k in range(count):
-                thread = threading.Thread(
-                    target=self._follow, args=(role, k), name=f"torchx-log-{role}-{k}", daemon=True
-                )
-                thread.start()
-                self._threads.append(thread)
+                for stream in self._hook.log_streams(self._app_handle):
+                    thread = threading.Thread(
+                        target=self._follow,
+                        args=(role, k, stream),
+                        name=f"torchx-log-{role}-{k}-{stream or 'all'}",
+                        daemon=True,
+                    )
+                    thread.start()
+                    self._threads.append(thread)
         return self
 
-    def _follow(self, role: str, k: int) -> None:
+    def _follow(self, role: str, k: int, stream: str | None) -> None:
         prefix = f"[{role}/{k}]"
         try:
-            for chunk in self._hook.log_lines(self._app_handle, role, k, should_tail=True):
+            for chunk in self._hook.log_lines(self._app_handle, role, k, should_tail=True, stream=stream):
                 for line in chunk.splitlines():
                     self._lines.put((prefix, line))
         except Exception as e:  # logs are best effort: the app's status decides the task's outcome
@@ -82,3 +86,51 @@ class AppLogStreamer:
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         self.drain()
+
+
+def log_cursor_key(role: str, k: int, stream: str | None) -> str:
+    return f"{role}/{k}/{stream or 'all'}"
+
+
+def print_app_logs(
+    hook: TorchXHook,
+    app_handle: str,
+    replicas: Mapping[str, int],
+    log: Any,
+    cursor: Mapping[str, int] | None = None,
+    max_lines: int = 1000,
+) -> dict[str, int]:
+    """Write the logs of a finished app to ``log``: per replica and stream, the lines after ``cursor``
+    (lines already shown), at most the last ``max_lines``. Returns the new cursor."""
+    from collections import deque
+
+    seen = dict(cursor or {})
+    for role, count in replicas.items():
+        for k in range(count):
+            for stream in hook.log_streams(app_handle):
+                key = log_cursor_key(role, k, stream)
+                skip = seen.get(key, 0)
+                tail: deque[str] = deque(maxlen=max_lines)
+                total = 0
+                try:
+                    for chunk in hook.log_lines(app_handle, role, k, should_tail=False, stream=stream):
+                        for line in chunk.splitlines():
+                            total += 1
+                            if total > skip:
+                                tail.append(line)
+                except Exception as e:  # logs are best effort
+                    log.info("[%s/%d] <logs unavailable: %s>", role, k, e)
+                    continue
+                omitted = total - skip - len(tail)
+                if omitted > 0:
+                    log.info(
+                        "[%s/%d] ... %d earlier lines not shown (max_log_lines=%d)",
+                        role,
+                        k,
+                        omitted,
+                        max_lines,
+                    )
+                for line in tail:
+                    log.info("[%s/%d] %s", role, k, redact_text(line))
+                seen[key] = total
+    return seen

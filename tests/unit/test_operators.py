@@ -22,6 +22,8 @@ from torchx_airflow.sensors.torchx import TorchXAppSensor
 class RecordingTI:
     """Stands in for Airflow's task instance: records XCom pushes (nothing may be pushed on bad input)."""
 
+    stats_tags: dict[str, str] = {}
+
     def __init__(self) -> None:
         self.pushed: dict[str, object] = {}
 

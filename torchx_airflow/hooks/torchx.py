@@ -141,6 +141,70 @@ def _app_trackers(app: AppDef) -> str | None:
     return names.pop() if len(names) == 1 else None
 
 
+def _slurm_workdir(app_id: str) -> str | None:
+    """The working directory of a Slurm job (where its output files are), live or finished."""
+    import subprocess
+
+    commands = (
+        ["scontrol", "show", "job", app_id],
+        ["sacct", "-j", app_id, "-X", "-n", "-P", "-o", "WorkDir"],
+    )
+    for cmd in commands:
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if cmd[0] == "scontrol":
+            found = re.search(r"\bWorkDir=(\S+)", out)
+            if found:
+                return found.group(1)
+        elif out.strip():
+            return out.strip().splitlines()[0].strip()
+    return None
+
+
+def _slurm_log_lines(
+    hook: TorchXHook, handle: str, role: str, k: int, should_tail: bool, stream: str, poll: float = 1.0
+) -> Iterator[str]:
+    """Lines of ``slurm-<id>-<role>-<k>.out|.err``, followed until the job is terminal when tailing."""
+    import time
+
+    app_id = handle.rsplit("/", 1)[-1]
+    name = f"slurm-{app_id}-{role}-{k}.{'err' if stream == 'stderr' else 'out'}"
+
+    def finished() -> bool:
+        status = hook.status(handle)
+        return status is None or status.is_terminal()
+
+    path = None
+    while True:
+        workdir = _slurm_workdir(app_id)
+        if workdir and os.path.isfile(os.path.join(workdir, name)):
+            path = os.path.join(workdir, name)
+            break
+        if not should_tail or finished():
+            if workdir and os.path.isfile(os.path.join(workdir, name)):
+                path = os.path.join(workdir, name)
+                break
+            return
+        time.sleep(poll)
+    pending = ""
+    with open(path, errors="replace", newline="\n") as f:
+        while True:
+            chunk = f.readline()
+            if chunk:
+                pending += chunk
+                if pending.endswith("\n"):
+                    yield pending.rstrip("\n")
+                    pending = ""
+                continue
+            if not should_tail or finished():
+                rest = f.read()
+                yield from (pending + rest).splitlines()
+                return
+            time.sleep(poll)
+
+
 class TorchXHook(BaseHook):
     """Dry-run, schedule, watch and cancel TorchX apps on the scheduler a ``torchx`` connection names.
 
@@ -309,11 +373,26 @@ class TorchXHook(BaseHook):
         handle = check_app_handle(app_handle)
         self._call(lambda: self.runner.cancel(handle))
 
+    def log_streams(self, app_handle: str) -> tuple[str | None, ...]:
+        """The log streams to follow per replica: Slurm keeps stdout and stderr apart, others combine."""
+        return ("stdout", "stderr") if scheduler_of(check_app_handle(app_handle)) == "slurm" else (None,)
+
     def log_lines(
-        self, app_handle: str, role_name: str, k: int = 0, should_tail: bool = True
+        self,
+        app_handle: str,
+        role_name: str,
+        k: int = 0,
+        should_tail: bool = True,
+        stream: str | None = None,
     ) -> Iterable[str]:
-        """Log lines of replica ``k`` of ``role_name`` (following the log until the app ends)."""
+        """Log lines of replica ``k`` of ``role_name`` (following the log until the app ends).
+
+        For Slurm the files are found through the job's working directory (``scontrol``/``sacct``),
+        so any process can read them, not only one started in the directory the job was submitted from.
+        """
         handle = check_app_handle(app_handle)
+        if scheduler_of(handle) == "slurm":
+            return _slurm_log_lines(self, handle, role_name, k, should_tail, stream or "stdout")
         return self._call(lambda: self.runner.log_lines(handle, role_name, k=k, should_tail=should_tail))
 
     def close(self) -> None:

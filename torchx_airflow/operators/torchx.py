@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import copy
 import re
+import time
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import BaseOperator, ResumableJobMixin
+from airflow.sdk.configuration import conf
 
 from torchx_airflow.apps import (
     SUCCEEDED,
@@ -49,6 +51,8 @@ def app_name_for(task_id: str) -> str:
 
 
 _IN_PROCESS_SCHEDULERS = ("local_cwd", "local_docker")
+# App states worth reattaching to; UNKNOWN is what some schedulers report right after submission.
+_ACTIVE_STATES = frozenset({"UNSUBMITTED", "SUBMITTED", "PENDING", "RUNNING", "UNKNOWN"})
 
 
 class TorchXDryRunOperator(BaseOperator):
@@ -195,34 +199,49 @@ class TorchXDryRunOperator(BaseOperator):
             self.hook.close()
 
 
-class TorchXOperator(TorchXDryRunOperator):
+class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
     """Run a TorchX app: dry run, submit, and (by default) wait while streaming its logs.
 
-    The app handle ``scheduler://session/app_id`` goes to XCom key ``app_handle`` as soon as the
-    app is submitted. Right after, every tracker records the app's parents (the nearest upstream
-    TorchX apps and tracked tasks) as its sources, and the Airflow context as its metadata.
+    The app handle ``scheduler://session/app_id`` goes to Airflow's ``task_state_store`` and to XCom
+    key ``app_handle`` as soon as the app is submitted. Right after, every tracker records the app's
+    parents (the nearest upstream TorchX apps and tracked tasks) as its sources, and the Airflow
+    context as its metadata.
+
+    A new try of the task looks at the handle of the previous one first: an app still running is
+    reattached (no new submission), an app that SUCCEEDED returns its result, an app that failed, was
+    cancelled or is unknown to its scheduler is submitted anew. The same holds in deferrable mode.
 
     The return value is ``{app_handle, state, msg, structured_error_msg, num_restarts, ui_url,
     roles: {role: [replica states]}, metadata, artifacts: {name: {name, path, metadata}}, sources}``,
     ``metadata``/``artifacts``/``sources`` read from the first tracker when the app ends. The task
-    fails with ``TorchXAppFailedError`` unless the app SUCCEEDED. Killing the task cancels the app.
+    fails with ``TorchXAppFailedError`` unless the app SUCCEEDED. Killing the task cancels the app,
+    also while it waits in the triggerer; ``execution_timeout`` cancels it too.
 
     :param wait_for_completion: wait until the app is terminal (default). With False the task
         returns after submission; a ``TorchXAppSensor`` can wait on the handle instead.
+    :param deferrable: wait in the triggerer (``TorchXAppTrigger``) instead of the worker. Default:
+        ``[operators] default_deferrable``. Needs a scheduler whose apps outlive the launching
+        process (slurm, kubernetes, ...): refused for local_cwd and local_docker.
     :param poll_interval: seconds between status checks while waiting.
-    :param stream_logs: write every replica's log lines into the task log, prefixed ``[role/replica]``.
+    :param stream_logs: write every replica's log lines into the task log, prefixed ``[role/replica]``
+        (as they arrive when waiting in the worker; when the task resumes after a deferred wait).
+    :param max_log_lines: after a deferred wait, at most this many last lines per replica and stream.
+    :param durable: keep the handle in ``task_state_store`` so a retry reattaches (default True).
 
     Other parameters are those of :class:`TorchXDryRunOperator`.
     """
 
     operator_extra_links = (TorchXAppLink(), TorchXTrackerLink())
+    external_id_key = "torchx_app_handle"
 
     def __init__(
         self,
         *,
         wait_for_completion: bool = True,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poll_interval: float = 5.0,
         stream_logs: bool = True,
+        max_log_lines: int = 1000,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -230,31 +249,85 @@ class TorchXOperator(TorchXDryRunOperator):
             raise TorchXConfigError(
                 f"poll_interval must be a positive number of seconds, got {poll_interval!r}."
             )
+        if max_log_lines < 0:
+            raise TorchXConfigError(f"max_log_lines must be 0 or more, got {max_log_lines!r}.")
         self.wait_for_completion = wait_for_completion
+        self.deferrable = deferrable
         self.poll_interval = poll_interval
         self.stream_logs = stream_logs
+        self.max_log_lines = max_log_lines
         self._app_handle: str | None = None
+        self._status: AppStatus | None = None
+        self._result: dict[str, Any] | None = None
+        self._submitted_here = False
 
     def execute(self, context: Context) -> dict[str, Any]:
+        self._check_waitable()
         try:
-            self._check_waitable()
-            app = self.build_app()
-            info, _ = self.dryrun(app)
-            self.trackers.check()
-            app_handle = self.submit(info, context)
-            if not self.wait_for_completion:
-                return self.result(app_handle, self.hook.status(app_handle), app, context)
-            return self.result(app_handle, self.wait(app_handle, app), app, context)
+            return self.execute_resumable(context)
         finally:
             self.hook.close()
 
     def _check_waitable(self) -> None:
-        if not self.wait_for_completion and self.hook.scheduler in _IN_PROCESS_SCHEDULERS:
+        scheduler = self.hook.scheduler
+        if scheduler not in _IN_PROCESS_SCHEDULERS:
+            return
+        if not self.wait_for_completion:
             raise TorchXConfigError(
-                f"wait_for_completion=False cannot be used with scheduler {self.hook.scheduler!r}: its apps "
+                f"wait_for_completion=False cannot be used with scheduler {scheduler!r}: its apps "
                 "live in the launching task's process and end with it. Keep wait_for_completion=True, or "
                 "use a scheduler with its own state (slurm, kubernetes, ...) to wait from another task."
             )
+        if self.deferrable:
+            raise TorchXConfigError(
+                f"deferrable=True cannot be used with scheduler {scheduler!r}: its apps are child processes "
+                "of the worker that launched them, which the triggerer cannot see (and they end when the "
+                "worker's task ends). Use deferrable=False to wait in the worker, or a scheduler with its "
+                "own state (slurm, kubernetes, aws_batch, ...) to wait in the triggerer."
+            )
+
+    # ResumableJobMixin: submit once, remember the handle, reattach on the next try
+
+    def submit_job(self, context: Context) -> str:
+        app = self.build_app()
+        info, _ = self.dryrun(app)
+        self.trackers.check()
+        self._submitted_here = True
+        return self.submit(info, context)
+
+    def get_job_status(self, external_id: Any, context: Context) -> str:
+        status = self.hook.status(str(external_id))
+        self._status = status
+        return status.state.name if status is not None else "NOT_FOUND"
+
+    def is_job_active(self, status: str) -> bool:
+        return status in _ACTIVE_STATES
+
+    def is_job_succeeded(self, status: str) -> bool:
+        return status == SUCCEEDED
+
+    def poll_until_complete(self, external_id: Any, context: Context) -> dict[str, Any]:
+        app_handle = str(external_id)
+        if not self._submitted_here:
+            self.log.info("Reattached to TorchX app %s from an earlier try: not submitting again", app_handle)
+            self._app_handle = app_handle
+            context["ti"].xcom_push(key=XCOM_APP_HANDLE, value=app_handle)
+        if not self.wait_for_completion:
+            self._status = self.hook.status(app_handle)
+        elif self.deferrable:
+            self._defer(app_handle, context)
+        else:
+            self._status = self.wait(app_handle, self.build_app())
+        return self.get_job_result(app_handle, context)
+
+    def get_job_result(self, external_id: Any, context: Context) -> dict[str, Any]:
+        if self._result is None:
+            app_handle = str(external_id)
+            status = self._status if self._status is not None else self.hook.status(app_handle)
+            self._result = self.result(app_handle, status, self.build_app(), context)
+        return self._result
+
+    # waiting
 
     def submit(self, info: AppDryRunInfo, context: Context) -> str:
         """Submit the dry-run result; remember and publish the handle at once."""
@@ -311,20 +384,98 @@ class TorchXOperator(TorchXDryRunOperator):
         """The task's return value; raises ``TorchXAppFailedError`` for a terminal state but SUCCEEDED."""
         if status is None:
             raise TorchXAppNotFoundError(app_handle)
+        summary = summarize_status(app_handle, status, app)
+        return self._finish(app_handle, summary, status.is_terminal(), context)
+
+    def _finish(
+        self, app_handle: str, summary: dict[str, Any], terminal: bool, context: Context
+    ) -> dict[str, Any]:
         from torchx_airflow.lineage import XCOM_RUN_ID, run_results
 
-        result = summarize_status(app_handle, status, app)
-        if result["ui_url"]:
-            context["ti"].xcom_push(key=XCOM_UI_URL, value=result["ui_url"])
+        result = dict(summary)
+        ti = context["ti"]
+        ti.xcom_push(key=XCOM_APP_HANDLE, value=app_handle)
+        if result.get("ui_url"):
+            ti.xcom_push(key=XCOM_UI_URL, value=result["ui_url"])
         self.log.info("TorchX app %s is %s %s", app_handle, result["state"], result["msg"])
-        if status.is_terminal() and result["state"] != SUCCEEDED:
+        if terminal and result["state"] != SUCCEEDED:
             raise TorchXAppFailedError(
                 app_handle, result["state"], result["msg"], result["structured_error_msg"], result["roles"]
             )
         if self.trackers:
             result.update(run_results(self.trackers.stores[0], app_handle))
-        context["ti"].xcom_push(key=XCOM_RUN_ID, value=app_handle)
+        ti.xcom_push(key=XCOM_RUN_ID, value=app_handle)
         return result
+
+    # deferrable
+
+    def _deadline(self, context: Context) -> float | None:
+        """``execution_timeout`` as an epoch deadline, counted from the task's start."""
+        if self.execution_timeout is None:
+            return None
+        start = getattr(context["ti"], "start_date", None)
+        begin = start.timestamp() if start is not None else time.time()
+        return begin + self.execution_timeout.total_seconds()
+
+    def _defer(self, app_handle: str, context: Context) -> None:
+        from torchx_airflow.triggers.torchx import TorchXAppTrigger
+
+        self.log.info("Waiting for TorchX app %s in the triggerer", app_handle)
+        self.defer(
+            trigger=TorchXAppTrigger(
+                app_handle=app_handle,
+                torchx_conn_id=self.torchx_conn_id,
+                poll_interval=self.poll_interval,
+                deadline=self._deadline(context),
+                log_cursor={},
+            ),
+            method_name="execute_complete",
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Resume after the trigger's event: show the app's logs, then succeed or fail with its state."""
+        from torchx_airflow.exceptions import TorchXError
+
+        if not isinstance(event, dict) or "status" not in event or "app_handle" not in event:
+            raise TorchXError(f"Unexpected event from TorchXAppTrigger: {event!r}")
+        app_handle = str(event["app_handle"])
+        self._app_handle = app_handle
+        try:
+            kind = event["status"]
+            if kind == "not_found":
+                raise TorchXAppNotFoundError(app_handle)
+            if kind == "timeout":
+                self._print_logs(app_handle, event)
+                raise TorchXAppFailedError(
+                    app_handle, event.get("state", "CANCELLED"), event.get("message", ""), "", {}
+                )
+            if kind != "terminal":
+                raise TorchXError(
+                    f"Waiting for TorchX app {app_handle} failed: {event.get('message', event)}"
+                )
+            self._print_logs(app_handle, event)
+            return self._finish(
+                app_handle,
+                {k: v for k, v in event.items() if k not in ("status", "log_cursor")},
+                True,
+                context,
+            )
+        finally:
+            self.hook.close()
+
+    def _print_logs(self, app_handle: str, event: dict[str, Any]) -> None:
+        if not self.stream_logs:
+            return
+        from torchx_airflow.logs import print_app_logs
+
+        print_app_logs(
+            self.hook,
+            app_handle,
+            role_replicas(self.build_app()),
+            self.log,
+            cursor=event.get("log_cursor") or {},
+            max_lines=self.max_log_lines,
+        )
 
     def on_kill(self) -> None:
         """Cancel the app when the task is killed (marked failed, cleared, or timed out)."""

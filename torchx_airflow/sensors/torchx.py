@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk.configuration import conf
 
-from torchx_airflow.apps import SUCCEEDED, check_app_handle, summarize_status
-from torchx_airflow.exceptions import TorchXAppNotFoundError, TorchXAppTerminalError
+from torchx_airflow.apps import SUCCEEDED, check_app_handle, scheduler_of, summarize_status
+from torchx_airflow.exceptions import (
+    TorchXAppNotFoundError,
+    TorchXAppTerminalError,
+    TorchXConfigError,
+    TorchXError,
+)
 from torchx_airflow.hooks.torchx import TorchXHook
 
 if TYPE_CHECKING:
@@ -31,17 +38,75 @@ class TorchXAppSensor(BaseSensorOperator):
     Apps on ``local_cwd`` are only visible from the process that launched them, so they cannot be
     waited on from a sensor; the sensor fails at once for them with a message saying so.
 
+    With ``deferrable=True`` (default: ``[operators] default_deferrable``) the wait happens in the
+    triggerer (``TorchXAppTrigger``), holding no worker slot; ``timeout`` becomes its deadline. The
+    sensor did not launch the app, so killing it or its timeout never cancels the app.
+
     :param app_handle: ``scheduler://session/app_id`` (templated).
     :param torchx_conn_id: the ``torchx`` connection (used for scheduler-side settings).
+    :param deferrable: wait in the triggerer.
     """
 
     template_fields: Sequence[str] = ("app_handle", "torchx_conn_id")
     ui_color = "#ee4c2c"
 
-    def __init__(self, *, app_handle: str, torchx_conn_id: str = TorchXHook.default_conn_name, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        app_handle: str,
+        torchx_conn_id: str = TorchXHook.default_conn_name,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         self.app_handle = app_handle
         self.torchx_conn_id = torchx_conn_id
+        self.deferrable = deferrable
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        from torchx_airflow.triggers.torchx import TorchXAppTrigger
+
+        app_handle = check_app_handle(self.app_handle)
+        if scheduler_of(app_handle) in ("local_cwd", "local_docker"):
+            raise TorchXConfigError(
+                f"deferrable=True cannot wait on {app_handle}: local apps are only visible from the process "
+                "that launched them. Wait in the launching TorchXOperator (wait_for_completion=True)."
+            )
+        result = self.poke(context)  # done already, or a bad handle: no need to defer
+        if result.is_done:
+            return result.xcom_value
+        self.defer(
+            trigger=TorchXAppTrigger(
+                app_handle=app_handle,
+                torchx_conn_id=self.torchx_conn_id,
+                poll_interval=self.poke_interval,
+                deadline=time.time() + self.timeout if self.timeout else None,
+                cancel_on_kill=False,
+            ),
+            method_name="execute_complete",
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
+        """Resume after the trigger's event: succeed on SUCCEEDED, fail (or skip with soft_fail) otherwise."""
+        from airflow.sdk.exceptions import AirflowSensorTimeout
+
+        if not isinstance(event, dict) or "status" not in event:
+            raise TorchXError(f"Unexpected event from TorchXAppTrigger: {event!r}")
+        app_handle = str(event.get("app_handle", self.app_handle))
+        if event["status"] == "not_found":
+            raise TorchXAppNotFoundError(app_handle)
+        if event["status"] == "timeout":
+            raise AirflowSensorTimeout(f"TorchX app {app_handle} was not done before the sensor's timeout.")
+        if event["status"] != "terminal":
+            raise TorchXError(f"Waiting for TorchX app {app_handle} failed: {event.get('message', event)}")
+        result = {k: v for k, v in event.items() if k not in ("status", "log_cursor")}
+        if result["state"] != SUCCEEDED:
+            raise TorchXAppTerminalError(
+                app_handle, result["state"], result["msg"], result["structured_error_msg"], result["roles"]
+            )
+        return result
 
     @cached_property
     def hook(self) -> TorchXHook:

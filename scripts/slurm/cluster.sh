@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# A single-node Slurm cluster with accounting, from Debian packages, for tests and local use.
+#
+#   scripts/slurm/cluster.sh install   apt-get the packages (root; once per machine)
+#   scripts/slurm/cluster.sh up        start munge, MariaDB, slurmdbd, slurmctld, slurmd (root)
+#   scripts/slurm/cluster.sh down      stop them again
+#   scripts/slurm/cluster.sh status    exit 0 when sinfo and sacct answer
+#
+# Everything this script writes lives under $SLURM_STATE (default /var/tmp/torchx-airflow-slurm):
+# configs, spool directories, logs, the MariaDB data directory and pid files. The cluster is one node
+# named after this host with all its CPUs and ~80% of its memory, in one default partition "debug".
+set -euo pipefail
+
+STATE="${SLURM_STATE:-/var/tmp/torchx-airflow-slurm}"
+ETC=/etc/slurm
+HOST="$(hostname -s)"
+PACKAGES=(slurmctld slurmd slurmdbd slurm-client munge mariadb-server)
+DB_NAME=slurm_acct_db
+DB_USER=slurm
+DB_PASS=slurmdbd-local
+CLUSTER=torchx
+
+log() { echo "[slurm] $*"; }
+need_root() {
+  if [ "$(id -u)" != 0 ]; then
+    echo "[slurm] $1 needs root (packages and daemons); run it as root or with sudo" >&2
+    exit 2
+  fi
+}
+
+install() {
+  need_root install
+  if command -v slurmctld >/dev/null && command -v slurmdbd >/dev/null && command -v munged >/dev/null \
+     && command -v mariadbd >/dev/null && command -v sacct >/dev/null; then
+    log "packages already installed"
+    return
+  fi
+  log "installing ${PACKAGES[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" > "$STATE.apt.log" 2>&1 \
+    || { cat "$STATE.apt.log" >&2; exit 1; }
+}
+
+write_configs() {
+  local cpus mem_mb
+  cpus="$(nproc)"
+  mem_mb="$(awk '/MemTotal/ {printf "%d", $2 / 1024 * 0.8}' /proc/meminfo)"
+  mkdir -p "$STATE"/{ctld,d,log,run,mysql} "$ETC"
+  cat > "$ETC/slurmdbd.conf" <<CONF
+AuthType=auth/munge
+DbdHost=localhost
+DbdPort=${SLURMDBD_PORT:-6819}
+SlurmUser=root
+LogFile=$STATE/log/slurmdbd.log
+PidFile=$STATE/run/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=${MARIADB_PORT:-3306}
+StorageUser=$DB_USER
+StoragePass=$DB_PASS
+StorageLoc=$DB_NAME
+CONF
+  chmod 600 "$ETC/slurmdbd.conf"
+  cat > "$ETC/slurm.conf" <<CONF
+ClusterName=$CLUSTER
+SlurmctldHost=$HOST
+AuthType=auth/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+SlurmUser=root
+SlurmctldPort=${SLURMCTLD_PORT:-6817}
+SlurmdPort=${SLURMD_PORT:-6818}
+StateSaveLocation=$STATE/ctld
+SlurmdSpoolDir=$STATE/d
+SlurmctldPidFile=$STATE/run/slurmctld.pid
+SlurmdPidFile=$STATE/run/slurmd.pid
+SlurmctldLogFile=$STATE/log/slurmctld.log
+SlurmdLogFile=$STATE/log/slurmd.log
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort=${SLURMDBD_PORT:-6819}
+JobAcctGatherType=jobacct_gather/linux
+JobCompType=jobcomp/none
+ReturnToService=2
+MinJobAge=300
+KillWait=5
+InactiveLimit=0
+SchedulerType=sched/backfill
+MpiDefault=none
+NodeName=$HOST CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
+PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+CONF
+}
+
+start_munge() {
+  if pgrep -x munged >/dev/null; then return; fi
+  mkdir -p /run/munge /var/log/munge /var/lib/munge
+  [ -s /etc/munge/munge.key ] || { mkdir -p /etc/munge; dd if=/dev/urandom bs=1 count=1024 of=/etc/munge/munge.key 2>/dev/null; }
+  chown -R munge:munge /etc/munge /run/munge /var/log/munge /var/lib/munge
+  chmod 400 /etc/munge/munge.key
+  chmod 0755 /run/munge
+  su -s /bin/sh munge -c "munged"
+  log "munged started"
+}
+
+start_mariadb() {
+  if mysqladmin --protocol=tcp -h127.0.0.1 -P"${MARIADB_PORT:-3306}" -uroot ping >/dev/null 2>&1 \
+     || mysqladmin -uroot ping >/dev/null 2>&1; then
+    :
+  else
+    if [ ! -d "$STATE/mysql/mysql" ]; then
+      mysql_install_db --user=mysql --datadir="$STATE/mysql" > "$STATE/log/mysql-install.log" 2>&1
+    fi
+    chown -R mysql:mysql "$STATE/mysql"
+    mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld
+    (mariadbd --user=mysql --datadir="$STATE/mysql" --bind-address=127.0.0.1 --port="${MARIADB_PORT:-3306}" \
+      --socket=/run/mysqld/mysqld.sock --pid-file=/run/mysqld/torchx-airflow.pid \
+      > "$STATE/log/mariadb.log" 2>&1 &)
+    wait_for mariadb 60 mysqladmin -uroot --socket=/run/mysqld/mysqld.sock ping
+    log "mariadb started"
+  fi
+  mysql -uroot --socket=/run/mysqld/mysqld.sock <<SQL
+CREATE DATABASE IF NOT EXISTS $DB_NAME;
+CREATE USER IF NOT EXISTS '$DB_USER'@'localhost' IDENTIFIED BY '$DB_PASS';
+CREATE USER IF NOT EXISTS '$DB_USER'@'127.0.0.1' IDENTIFIED BY '$DB_PASS';
+GRANT ALL ON $DB_NAME.* TO '$DB_USER'@'localhost';
+GRANT ALL ON $DB_NAME.* TO '$DB_USER'@'127.0.0.1';
+FLUSH PRIVILEGES;
+SQL
+}
+
+wait_for() {  # description, seconds, command...
+  local what="$1" seconds="$2"; shift 2
+  for _ in $(seq "$((seconds * 2))"); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.5
+  done
+  echo "[slurm] $what did not come up in ${seconds}s; logs in $STATE/log" >&2
+  tail -n 20 "$STATE"/log/*.log >&2 || true
+  return 1
+}
+
+up() {
+  need_root up
+  install
+  write_configs
+  start_munge
+  start_mariadb
+  if ! pgrep -x slurmdbd >/dev/null; then
+    slurmdbd
+    wait_for slurmdbd 60 sacctmgr -i list cluster
+    log "slurmdbd started"
+  fi
+  if ! sacctmgr -n -P list cluster format=cluster | grep -qx "$CLUSTER"; then
+    sacctmgr -i add cluster "$CLUSTER" >/dev/null
+  fi
+  if ! pgrep -x slurmctld >/dev/null; then
+    slurmctld
+    wait_for slurmctld 60 scontrol ping
+    log "slurmctld started"
+  fi
+  if ! pgrep -x slurmd >/dev/null; then
+    slurmd
+    log "slurmd started"
+  fi
+  scontrol update nodename="$HOST" state=resume >/dev/null 2>&1 || true
+  wait_for "node $HOST" 60 sh -c "sinfo -h -N -o %T | grep -Eq '^(idle|mixed|allocated)'"
+  log "cluster $CLUSTER up: $(sinfo -h -o '%P %D nodes %c cpus %m MB %a')"
+}
+
+down() {
+  for daemon in slurmd slurmctld slurmdbd; do
+    pkill -x "$daemon" 2>/dev/null && log "$daemon stopped" || true
+  done
+  if [ -f /run/mysqld/torchx-airflow.pid ]; then
+    kill "$(cat /run/mysqld/torchx-airflow.pid)" 2>/dev/null && log "mariadb stopped" || true
+  fi
+  pkill -x munged 2>/dev/null && log "munged stopped" || true
+  for _ in $(seq 40); do
+    pgrep -x 'slurmd|slurmctld|slurmdbd|munged|mariadbd' >/dev/null || return 0
+    sleep 0.5
+  done
+}
+
+status() {
+  sinfo -h >/dev/null 2>&1 && sacct -n -X -S now-1minutes >/dev/null 2>&1
+}
+
+case "${1:-}" in
+  install) install ;;
+  up) up ;;
+  down) down ;;
+  status) status ;;
+  *) echo "usage: $0 install|up|down|status" >&2; exit 2 ;;
+esac
