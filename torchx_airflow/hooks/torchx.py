@@ -163,6 +163,25 @@ def _slurm_workdir(app_id: str) -> str | None:
     return None
 
 
+def _slurm_job_known(app_id: str) -> bool:
+    """Whether slurmctld (live jobs) or the accounting database (finished ones) has the job."""
+    import subprocess
+
+    try:
+        live = subprocess.run(["scontrol", "show", "job", app_id], capture_output=True, timeout=30)
+        if live.returncode == 0:
+            return True
+        done = subprocess.run(
+            ["sacct", "-j", app_id, "-X", "-n", "-P", "-o", "JobID"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return True  # cannot tell: never call a job unknown on a failed check
+    return bool(done.stdout.strip())
+
+
 def _slurm_log_lines(
     hook: TorchXHook, handle: str, role: str, k: int, should_tail: bool, stream: str, poll: float = 1.0
 ) -> Iterator[str]:
@@ -358,10 +377,23 @@ class TorchXHook(BaseHook):
             return self._call(lambda: self.runner.schedule(dryrun_info))
 
     def status(self, app_handle: str) -> AppStatus | None:
-        """The app's status, or None if its scheduler does not know it."""
+        """The app's status, or None if its scheduler does not know it.
+
+        TorchX's Slurm scheduler answers UNKNOWN (not None) for a job id Slurm never had: such a
+        handle is checked against ``scontrol`` and ``sacct`` and reported as unknown.
+        """
         handle = check_app_handle(app_handle)
-        self.check_scheduler(scheduler_of(handle))
-        return self._call(lambda: self.runner.status(handle))
+        scheduler = self.check_scheduler(scheduler_of(handle))
+        status = self._call(lambda: self.runner.status(handle))
+        if (
+            scheduler == "slurm"
+            and status is not None
+            and status.state.name == "UNKNOWN"
+            and not status.roles
+            and not _slurm_job_known(handle.rsplit("/", 1)[-1])
+        ):
+            return None
+        return status
 
     def wait(self, app_handle: str, wait_interval: float = 10) -> AppStatus | None:
         """Block until the app is terminal; None if its scheduler does not know it."""

@@ -1,0 +1,195 @@
+"""Waiting that survives production, on a real Slurm cluster (with accounting) and a real Airflow
+(scheduler, triggerer, API server, DAG processor): deferred waits, a killed triggerer, a SIGKILLed
+worker, tasks killed by the user, failures, timeouts and unknown handles."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+BIN = Path(sys.executable).parent
+
+
+def sacct(*args: str) -> list[list[str]]:
+    out = subprocess.run(
+        ["sacct", "-X", "-n", "-P", *args], capture_output=True, text=True, check=True
+    ).stdout
+    return [line.split("|") for line in out.splitlines() if line.strip()]
+
+
+def last_job_id() -> int:
+    ids = [int(row[0]) for row in sacct("-S", "now-2days", "-o", "JobID") if row[0].isdigit()]
+    return max(ids, default=0)
+
+
+def jobs_after(job_id: int) -> list[list[str]]:
+    return [
+        row
+        for row in sacct("-S", "now-2days", "-o", "JobID,State")
+        if row[0].isdigit() and int(row[0]) > job_id
+    ]
+
+
+def job_state(app_handle: str) -> str:
+    rows = sacct("-j", app_handle.rsplit("/", 1)[1], "-o", "State")
+    return rows[0][0] if rows else ""
+
+
+def wait_job_state(app_handle: str, prefix: str, timeout: float) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if job_state(app_handle).startswith(prefix):
+            return time.monotonic() - start
+        time.sleep(0.5)
+    raise AssertionError(f"{app_handle} not {prefix} within {timeout} s: {job_state(app_handle)}")
+
+
+def wait_handle(stack, dag_id: str, run_id: str, timeout: float = 120) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        handle = stack.xcom(dag_id, run_id, "run", "app_handle")
+        if handle:
+            return handle
+        time.sleep(0.5)
+    raise AssertionError(f"no app_handle for {run_id}")
+
+
+def wait_trigger_running(stack, timeout: float = 60) -> None:
+    """Until the triggerer has picked up the (only) trigger."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with sqlite3.connect(stack.home / "airflow.db") as db:
+            rows = db.execute("SELECT triggerer_id FROM trigger").fetchall()
+        if rows and all(r[0] is not None for r in rows):
+            time.sleep(2)  # assigned; give the runner a moment to start it
+            return
+        time.sleep(0.5)
+    raise AssertionError("the triggerer did not pick up the trigger")
+
+
+def test_torchx_cli_runs_on_the_cluster_and_status_works_from_another_process(slurm_cluster, tmp_path):
+    out = subprocess.run(
+        [str(BIN / "torchx"), "run", "--scheduler", "slurm", "utils.echo", "--msg", "hello-slurm"],
+        capture_output=True, text=True, cwd=tmp_path, check=True,
+    ).stdout  # fmt: skip
+    handle = next(line for line in out.splitlines() if line.startswith("slurm://"))
+    wait_job_state(handle, "COMPLETED", 60)
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    status = subprocess.run(
+        [str(BIN / "torchx"), "status", handle], capture_output=True, text=True, cwd=other, check=True
+    )
+    assert "State: SUCCEEDED" in status.stdout + status.stderr
+
+
+def test_deferred_wait_completes_through_the_triggerer_and_prints_the_logs_once(slurm_stack):
+    run = slurm_stack.trigger("slurm_deferred", {"seconds": 6})
+    slurm_stack.wait_ti("slurm_deferred", run, "run", ("deferred",), timeout=120)
+    assert slurm_stack.wait_run("slurm_deferred", run) == "success"
+    handle = slurm_stack.xcom("slurm_deferred", run, "run", "app_handle")
+    log = slurm_stack.log("slurm_deferred", run, "run", 1)
+    assert f"Waiting for TorchX app {handle} in the triggerer" in log
+    assert log.count("[python/0] line 6/6") == 1 and log.count("[python/0] line 1/6") == 1
+    assert "[python/0] to stderr" in log
+    assert job_state(handle) == "COMPLETED"
+    result = slurm_stack.xcom("slurm_deferred", run, "run", "return_value")
+    assert result["state"] == "SUCCEEDED" and result["app_handle"] == handle
+
+
+def test_killed_triggerer_is_replaced_and_the_task_completes_with_one_event(slurm_stack):
+    before = last_job_id()
+    run = slurm_stack.trigger("slurm_deferred", {"seconds": 25})
+    slurm_stack.wait_ti("slurm_deferred", run, "run", ("deferred",), timeout=120)
+    handle = wait_handle(slurm_stack, "slurm_deferred", run)
+    wait_trigger_running(slurm_stack)
+    slurm_stack.script("stop", "triggerer", "--kill")
+    time.sleep(3)
+    assert job_state(handle).startswith(("RUNNING", "PENDING"))  # a dead triggerer cancels nothing
+    slurm_stack.script("start", "triggerer")
+    assert slurm_stack.wait_run("slurm_deferred", run, timeout=240) == "success"
+    ti = slurm_stack.ti("slurm_deferred", run, "run")
+    assert ti["try_number"] == 1
+    assert [row[0] for row in jobs_after(before)] == [handle.rsplit("/", 1)[1]]
+    log = slurm_stack.log("slurm_deferred", run, "run", 1)
+    assert log.count(f"TorchX app {handle} is SUCCEEDED") == 1
+
+
+def test_sigkilled_worker_is_retried_and_the_retry_reattaches(slurm_stack):
+    before = last_job_id()
+    run = slurm_stack.trigger("slurm_sync", {"seconds": 45})
+    ti = slurm_stack.wait_ti("slurm_sync", run, "run", ("running",), timeout=120)
+    handle = wait_handle(slurm_stack, "slurm_sync", run)
+    wait_job_state(handle, "RUNNING", 60)
+    pids = subprocess.run(
+        ["pgrep", "-f", f"airflow worker -- .*{ti['id']}"], capture_output=True, text=True
+    ).stdout
+    assert pids.split(), "no worker process for the task"
+    for pid in pids.split():
+        os.kill(int(pid), signal.SIGKILL)
+    assert slurm_stack.wait_run("slurm_sync", run, timeout=300) == "success"
+    ti = slurm_stack.ti("slurm_sync", run, "run")
+    assert ti["try_number"] == 2
+    jobs = jobs_after(before)
+    assert [row[0] for row in jobs] == [handle.rsplit("/", 1)[1]], jobs  # exactly one job for the task
+    log = slurm_stack.log("slurm_sync", run, "run", 2)
+    assert f"Reattached to TorchX app {handle} from an earlier try" in log
+    assert "Submitted TorchX app" not in log
+    assert slurm_stack.xcom("slurm_sync", run, "run", "return_value")["app_handle"] == handle
+
+
+@pytest.mark.parametrize("dag_id", ["slurm_sync", "slurm_deferred"])
+def test_marking_the_task_failed_cancels_the_job_within_30_s(slurm_stack, dag_id):
+    run = slurm_stack.trigger(dag_id, {"seconds": 300})
+    waiting = "deferred" if dag_id == "slurm_deferred" else "running"
+    slurm_stack.wait_ti(dag_id, run, "run", (waiting,), timeout=120)
+    handle = wait_handle(slurm_stack, dag_id, run)
+    wait_job_state(handle, "RUNNING", 60)
+    if waiting == "deferred":
+        wait_trigger_running(slurm_stack)
+    slurm_stack.set_ti_state(dag_id, run, "run", "failed")
+    assert wait_job_state(handle, "CANCELLED", 30) <= 30
+
+
+def test_failing_job_fails_the_task_with_slurms_state_and_message(slurm_stack):
+    run = slurm_stack.trigger("slurm_sync_timeout", {"seconds": 1, "exit_code": 3})
+    assert slurm_stack.wait_run("slurm_sync_timeout", run) == "failed"
+    handle = slurm_stack.xcom("slurm_sync_timeout", run, "run", "app_handle")
+    assert job_state(handle) == "FAILED"
+    log = slurm_stack.log("slurm_sync_timeout", run, "run", 1)
+    assert f"TorchX app {handle} finished in state FAILED" in log
+    assert "FAILED" in log.split(f"TorchX app {handle} is ", 1)[1].splitlines()[0]  # Slurm's message
+
+
+@pytest.mark.parametrize("dag_id", ["slurm_sync_timeout", "slurm_deferred_timeout"])
+def test_execution_timeout_cancels_the_job(slurm_stack, dag_id):
+    run = slurm_stack.trigger(dag_id, {"seconds": 300})
+    handle = wait_handle(slurm_stack, dag_id, run)
+    assert slurm_stack.wait_run(dag_id, run, timeout=180) == "failed"
+    wait_job_state(handle, "CANCELLED", 30)
+
+
+def test_sensor_on_a_handle_slurm_does_not_know_fails_clearly(slurm_stack):
+    run = slurm_stack.trigger("slurm_sensor_unknown")
+    assert slurm_stack.wait_run("slurm_sensor_unknown", run) == "failed"
+    log = slurm_stack.log("slurm_sensor_unknown", run, "wait", 1)
+    assert "slurm://torchx/987654321" in log and "unknown to its scheduler" in log
+
+
+def test_deferred_sensor_waits_on_a_slurm_app_in_the_triggerer(slurm_stack, tmp_path):
+    out = subprocess.run(
+        [str(BIN / "torchx"), "run", "--scheduler", "slurm", "utils.sh", "sleep", "8"],
+        capture_output=True, text=True, cwd=tmp_path, check=True,
+    ).stdout  # fmt: skip
+    handle = next(line for line in out.splitlines() if line.startswith("slurm://"))
+    run = slurm_stack.trigger("slurm_sensor_deferred", {"app_handle": handle})
+    slurm_stack.wait_ti("slurm_sensor_deferred", run, "wait", ("deferred",), timeout=120)
+    assert slurm_stack.wait_run("slurm_sensor_deferred", run) == "success"
+    assert slurm_stack.xcom("slurm_sensor_deferred", run, "wait", "return_value")["state"] == "SUCCEEDED"

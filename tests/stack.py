@@ -1,0 +1,184 @@
+"""A running Airflow (API server, scheduler, DAG processor, triggerer) for tests, started and stopped
+through the project's own ``scripts/airflow-stack.sh``, and a small client of its REST API."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.services import free_port
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "scripts" / "airflow-stack.sh"
+TERMINAL_RUN_STATES = ("success", "failed")
+
+
+@dataclass
+class AirflowStack:
+    """One Airflow home with its services; ``env`` is what every service (and its tasks) gets."""
+
+    home: Path
+    dags_folder: Path
+    env_extra: dict[str, str] = field(default_factory=dict)
+    port: int = field(default_factory=free_port)
+    log_port: int = 0
+    password: str = "admin-test-password"
+    _token: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.log_port:
+            self.log_port = free_port()
+            while self.log_port + 1 == self.port:
+                self.log_port = free_port()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "AIRFLOW_HOME": str(self.home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW_PORT": str(self.port),
+            "AIRFLOW_LOG_PORT": str(self.log_port),
+            "AIRFLOW_ADMIN_PASSWORD": self.password,
+            **self.env_extra,
+        }
+
+    def script(self, *args: str, timeout: float = 300) -> str:
+        proc = subprocess.run(
+            ["bash", str(SCRIPT), *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=REPO,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"airflow-stack.sh {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+        return proc.stdout
+
+    def up(self) -> AirflowStack:
+        self.script("up")
+        return self
+
+    def down(self) -> None:
+        self.script("down", timeout=120)
+
+    # REST API
+
+    def _request(self, method: str, path: str, body: Any = None, auth: bool = True) -> Any:
+        headers = {"Content-Type": "application/json"}
+        if auth:
+            headers["Authorization"] = f"Bearer {self.token()}"
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"{self.url}{path}", data=data, headers=headers, method=method)
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            text = resp.read().decode()
+        return json.loads(text) if text else None
+
+    def token(self) -> str:
+        if self._token is None:
+            reply = self._request(
+                "POST", "/auth/token", {"username": "admin", "password": self.password}, auth=False
+            )
+            self._token = reply["access_token"]
+        return self._token
+
+    def api(self, method: str, path: str, body: Any = None) -> Any:
+        return self._request(method, f"/api/v2{path}", body)
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                dag = self.api("GET", f"/dags/{dag_id}")
+                if dag.get("is_paused"):
+                    self.api("PATCH", f"/dags/{dag_id}", {"is_paused": False})
+                return
+            except urllib.error.HTTPError as e:
+                if e.code != 404:
+                    raise
+            time.sleep(1)
+        raise TimeoutError(f"DAG {dag_id} was not parsed within {timeout} s")
+
+    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
+        self.wait_for_dag(dag_id)
+        run = self.api("POST", f"/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})
+        return run["dag_run_id"]
+
+    def run_state(self, dag_id: str, run_id: str) -> str:
+        return self.api("GET", f"/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}")["state"]
+
+    def wait_run(self, dag_id: str, run_id: str, timeout: float = 300) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.run_state(dag_id, run_id)
+            if state in TERMINAL_RUN_STATES:
+                return state
+            time.sleep(1)
+        raise TimeoutError(f"run {run_id} of {dag_id} not finished within {timeout} s")
+
+    def ti(self, dag_id: str, run_id: str, task_id: str) -> dict[str, Any]:
+        return self.api("GET", f"/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}/taskInstances/{task_id}")
+
+    def wait_ti(
+        self, dag_id: str, run_id: str, task_id: str, states: tuple[str, ...], timeout: float = 180
+    ) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ti = self.ti(dag_id, run_id, task_id)
+            if ti["state"] in states:
+                return ti
+            time.sleep(0.5)
+        raise TimeoutError(f"{task_id} of {run_id} not in {states} within {timeout} s (last: {ti['state']})")
+
+    def set_ti_state(self, dag_id: str, run_id: str, task_id: str, state: str) -> None:
+        self.api(
+            "PATCH",
+            f"/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}/taskInstances/{task_id}",
+            {"new_state": state},
+        )
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str) -> Any:
+        try:
+            entry = self.api(
+                "GET",
+                f"/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}/taskInstances/{task_id}/xcomEntries/{key}"
+                "?deserialize=true",
+            )
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return None
+            raise
+        return entry["value"]
+
+    def log(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> str:
+        reply = self.api(
+            "GET",
+            f"/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}/taskInstances/{task_id}/logs/{try_number}"
+            "?full_content=true",
+        )
+        content = reply.get("content", "")
+        if not isinstance(content, list):
+            return str(content)
+        lines = []
+        for entry in content:
+            if not isinstance(entry, dict):
+                lines.append(str(entry))
+                continue
+            lines.append(str(entry.get("event", "")))
+            if "error_detail" in entry:  # the exception a task failed with
+                lines.append(json.dumps(entry["error_detail"]))
+        return "\n".join(lines)
