@@ -10,7 +10,12 @@ export AIRFLOW__CORE__LOAD_EXAMPLES ?= False
 # local_cwd jobs run `python` from PATH: make it the environment's interpreter.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: install demo test lint clean
+# `make up` ports: make up AIRFLOW_PORT=8081 MLFLOW_PORT=5001
+AIRFLOW_PORT ?= 8080
+MLFLOW_PORT ?= 5000
+STACK_ENV = AIRFLOW_PORT=$(AIRFLOW_PORT) MLFLOW_PORT=$(MLFLOW_PORT) AIRFLOW_LOG_PORT=$(or $(AIRFLOW_LOG_PORT),8793)
+
+.PHONY: install demo test lint clean up down slurm-up slurm-down
 
 install: $(VENV)/.installed
 
@@ -28,6 +33,18 @@ demo: install
 test: install
 	bash scripts/airflow-home.sh
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+up: install
+	$(STACK_ENV) bash scripts/airflow-stack.sh up
+
+down:
+	$(STACK_ENV) bash scripts/airflow-stack.sh down
+
+slurm-up:
+	bash scripts/slurm/cluster.sh up
+
+slurm-down:
+	bash scripts/slurm/cluster.sh down
 
 lint: install
 	$(BIN)/python -m pip install --quiet ruff

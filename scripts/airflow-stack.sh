@@ -8,6 +8,9 @@
 #   scripts/airflow-stack.sh stop <service> [--kill]   stop one (SIGTERM, or SIGKILL with --kill)
 #   scripts/airflow-stack.sh status              which services run
 #
+# With MLFLOW_PORT set, an MLflow tracking server (SQLite backend: $AIRFLOW_HOME/mlflow.db, artifacts
+# in $AIRFLOW_HOME/mlflow-artifacts) runs too, and the connection mlflow_default points at it.
+#
 # Settings (environment): AIRFLOW_HOME (required), AIRFLOW_PORT (API server and UI, default 8080),
 # AIRFLOW_LOG_PORT (the worker's log server; the triggerer's is the next port; default 8793),
 # AIRFLOW_ADMIN_PASSWORD (the UI/API login "admin"; default: generated once and kept in the home).
@@ -20,6 +23,7 @@ STACK="$HOME_DIR/stack"
 PORT="${AIRFLOW_PORT:-8080}"
 LOG_PORT="${AIRFLOW_LOG_PORT:-8793}"
 SERVICES=(api-server scheduler dag-processor triggerer)
+[ -n "${MLFLOW_PORT:-}" ] && SERVICES+=(mlflow)
 mkdir -p "$STACK"
 
 secret() {  # a value generated once per home
@@ -51,7 +55,13 @@ running() { local pid; pid="$(pid_of "$1")" && kill -0 "$pid" 2>/dev/null; }
 start() {
   local service="$1"
   if running "$service"; then echo "$service already running (pid $(pid_of "$service"))"; return; fi
-  setsid airflow "$service" >> "$STACK/$service.log" 2>&1 < /dev/null &
+  if [ "$service" = mlflow ]; then
+    setsid mlflow server --host 127.0.0.1 --port "$MLFLOW_PORT" --workers 2 \
+      --backend-store-uri "sqlite:///$HOME_DIR/mlflow.db" --default-artifact-root "$HOME_DIR/mlflow-artifacts" \
+      >> "$STACK/$service.log" 2>&1 < /dev/null &
+  else
+    setsid airflow "$service" >> "$STACK/$service.log" 2>&1 < /dev/null &
+  fi
   echo $! > "$STACK/$service.pid"
   echo "$service started (pid $!, log $STACK/$service.log)"
 }
@@ -86,11 +96,20 @@ PY
 
 case "${1:-}" in
   up)
+    if [ -n "${MLFLOW_PORT:-}" ]; then export MLFLOW_TRACKING_URI="http://127.0.0.1:$MLFLOW_PORT"; fi
     bash "$(dirname "$0")/airflow-home.sh"
+    if [ -n "${MLFLOW_PORT:-}" ] && [ "$(airflow connections get mlflow_default -o json 2>/dev/null \
+         | python -c 'import json,sys; print(json.load(sys.stdin)[0]["host"])')" != "$MLFLOW_TRACKING_URI" ]; then
+      airflow connections delete mlflow_default > /dev/null 2>&1 || true
+      airflow connections add mlflow_default --conn-type mlflow --conn-host "$MLFLOW_TRACKING_URI" \
+        --conn-extra '{"experiment": "torchx"}' > /dev/null
+    fi
     for service in "${SERVICES[@]}"; do start "$service"; done
     wait_healthy
     echo
     echo "Airflow is up: http://127.0.0.1:$PORT  (login: admin / $PASSWORD)"
+    [ -n "${MLFLOW_PORT:-}" ] && echo "MLflow is up:  http://127.0.0.1:$MLFLOW_PORT"
+    echo "Stop everything with: make down"
     ;;
   down) for service in "${SERVICES[@]}"; do stop "$service"; done ;;
   start) start "${2:?service}" ;;

@@ -1,0 +1,118 @@
+"""TorchXAppTrigger in-process with a scripted hook: primitives only, one event, cancel rules."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import pytest
+from torchx.specs import AppState, AppStatus
+
+from torchx_airflow.exceptions import TorchXConfigError
+from torchx_airflow.operators.torchx import TorchXOperator
+from torchx_airflow.triggers.torchx import TorchXAppTrigger
+
+HANDLE = "slurm://torchx/42"
+
+
+class ScriptedHook:
+    """Answers status() from a list of states; records cancel() and the threads calls ran on."""
+
+    def __init__(self, states: list[AppState | None]) -> None:
+        self.states = list(states)
+        self.cancelled: list[str] = []
+        self.threads: set[str] = set()
+        self.closed = False
+
+    def status(self, handle: str) -> AppStatus | None:
+        self.threads.add(threading.current_thread().name)
+        state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
+        return None if state is None else AppStatus(state=state, msg=state.name)
+
+    def cancel(self, handle: str) -> None:
+        self.cancelled.append(handle)
+        self.states = [AppState.CANCELLED]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _events(trigger: TorchXAppTrigger, hook: ScriptedHook) -> list[dict]:
+    trigger._hook = lambda: hook  # type: ignore[method-assign]
+
+    async def collect():
+        return [event.payload async for event in trigger.run()]
+
+    return asyncio.run(collect())
+
+
+def test_serialize_holds_only_primitives_and_round_trips():
+    trigger = TorchXAppTrigger(HANDLE, "conn", poll_interval=2, deadline=123.5, log_cursor={"a/0/all": 3})
+    path, kwargs = trigger.serialize()
+    assert path == "torchx_airflow.triggers.torchx.TorchXAppTrigger"
+    assert json.loads(json.dumps(kwargs)) == kwargs
+    assert TorchXAppTrigger(**kwargs).serialize() == (path, kwargs)
+
+
+def test_one_event_with_the_final_status_and_calls_off_the_event_loop():
+    hook = ScriptedHook([AppState.PENDING, AppState.RUNNING, AppState.SUCCEEDED])
+    events = _events(TorchXAppTrigger(HANDLE, poll_interval=0.01), hook)
+    assert len(events) == 1
+    assert events[0]["status"] == "terminal" and events[0]["state"] == "SUCCEEDED"
+    assert events[0]["app_handle"] == HANDLE
+    assert threading.main_thread().name not in hook.threads
+    assert hook.closed and hook.cancelled == []
+
+
+def test_unknown_app_is_one_not_found_event():
+    events = _events(TorchXAppTrigger(HANDLE, poll_interval=0.01), ScriptedHook([None]))
+    assert [e["status"] for e in events] == ["not_found"]
+
+
+def test_deadline_cancels_the_app_and_reports_timeout():
+    hook = ScriptedHook([AppState.RUNNING])
+    events = _events(TorchXAppTrigger(HANDLE, poll_interval=0.05, deadline=time.time() + 0.2), hook)
+    assert [e["status"] for e in events] == ["timeout"]
+    assert events[0]["state"] == "CANCELLED"
+    assert hook.cancelled == [HANDLE]
+
+
+@pytest.mark.parametrize(
+    ("state", "cancel_on_kill", "cancelled"),
+    [(AppState.RUNNING, True, [HANDLE]), (AppState.SUCCEEDED, True, []), (AppState.RUNNING, False, [])],
+)
+def test_on_kill_cancels_only_a_running_app_of_its_own(state, cancel_on_kill, cancelled):
+    hook = ScriptedHook([state])
+    trigger = TorchXAppTrigger(HANDLE, cancel_on_kill=cancel_on_kill)
+    trigger._hook = lambda: hook  # type: ignore[method-assign]
+    asyncio.run(trigger.on_kill())
+    assert hook.cancelled == cancelled
+
+
+def test_a_cancelled_run_never_cancels_the_app():
+    """A triggerer restart cancels run() without on_kill: the app must keep running."""
+    hook = ScriptedHook([AppState.RUNNING])
+    trigger = TorchXAppTrigger(HANDLE, poll_interval=0.05)
+    trigger._hook = lambda: hook  # type: ignore[method-assign]
+
+    async def run_then_cancel():
+        async def consume():
+            async for _ in trigger.run():
+                pass
+
+        task = asyncio.ensure_future(consume())
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(run_then_cancel())
+    assert hook.cancelled == []
+
+
+def test_deferrable_on_a_local_scheduler_is_refused_with_the_reason():
+    op = TorchXOperator(task_id="t", component="utils.echo", deferrable=True)
+    with pytest.raises(TorchXConfigError, match="triggerer cannot see.*deferrable=False"):
+        op._check_waitable()
