@@ -81,6 +81,7 @@ with DAG(
             "{{ params.rows }}",
         ],  # fmt: skip
         scheduler="{{ params.scheduler }}",
+        deferrable=True,  # waits in the triggerer on slurm; in the worker on local_cwd
         poll_interval=1,
     )
 
@@ -111,6 +112,7 @@ with DAG(
         task_id="train",
         component="utils.python",
         scheduler="{{ params.scheduler }}",
+        deferrable=True,  # waits in the triggerer on slurm; in the worker on local_cwd
         poll_interval=1,
     ).expand(component_args=args)
 
@@ -129,6 +131,7 @@ with DAG(
             f"{RUN_DIR}/evaluate",
         ],  # fmt: skip
         scheduler="{{ params.scheduler }}",
+        deferrable=True,  # waits in the triggerer on slurm; in the worker on local_cwd
         poll_interval=1,
     )
 

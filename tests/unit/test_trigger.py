@@ -112,7 +112,12 @@ def test_a_cancelled_run_never_cancels_the_app():
     assert hook.cancelled == []
 
 
-def test_deferrable_on_a_local_scheduler_is_refused_with_the_reason():
+def test_deferrable_on_a_local_scheduler_waits_in_the_worker_with_a_warning(capsys):
     op = TorchXOperator(task_id="t", component="utils.echo", deferrable=True)
-    with pytest.raises(TorchXConfigError, match="triggerer cannot see.*deferrable=False"):
+    op._check_waitable()
+    assert op.deferrable is False
+    out = capsys.readouterr()
+    assert "triggerer cannot see: waiting in the worker instead" in out.out + out.err
+    op = TorchXOperator(task_id="t", component="utils.echo", wait_for_completion=False)
+    with pytest.raises(TorchXConfigError, match="wait_for_completion=False cannot be used"):
         op._check_waitable()

@@ -221,7 +221,8 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         returns after submission; a ``TorchXAppSensor`` can wait on the handle instead.
     :param deferrable: wait in the triggerer (``TorchXAppTrigger``) instead of the worker. Default:
         ``[operators] default_deferrable``. Needs a scheduler whose apps outlive the launching
-        process (slurm, kubernetes, ...): refused for local_cwd and local_docker.
+        process (slurm, kubernetes, ...); on local_cwd and local_docker the task waits in the
+        worker instead, with a warning, so one DAG runs on either.
     :param poll_interval: seconds between status checks while waiting.
     :param stream_logs: write every replica's log lines into the task log, prefixed ``[role/replica]``
         (as they arrive when waiting in the worker; when the task resumes after a deferred wait).
@@ -279,12 +280,13 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
                 "use a scheduler with its own state (slurm, kubernetes, ...) to wait from another task."
             )
         if self.deferrable:
-            raise TorchXConfigError(
-                f"deferrable=True cannot be used with scheduler {scheduler!r}: its apps are child processes "
-                "of the worker that launched them, which the triggerer cannot see (and they end when the "
-                "worker's task ends). Use deferrable=False to wait in the worker, or a scheduler with its "
-                "own state (slurm, kubernetes, aws_batch, ...) to wait in the triggerer."
+            self.log.warning(
+                "deferrable=True, but scheduler %s runs apps as child processes of this worker, which the "
+                "triggerer cannot see: waiting in the worker instead. Use a scheduler with its own state "
+                "(slurm, kubernetes, aws_batch, ...) to wait in the triggerer.",
+                scheduler,
             )
+            self.deferrable = False
 
     # ResumableJobMixin: submit once, remember the handle, reattach on the next try
 
