@@ -1,0 +1,84 @@
+"""torchx_pipeline triggered through the REST API of a running Airflow, on Slurm, with a conf that
+changes the params: the jobs get the new values, lineage and tracker data land in the fsspec store
+and the MLflow server, and the deferrable tasks wait in the triggerer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from torchx_airflow_tracker.fsspec_store import FsspecStore
+from torchx_airflow_tracker.mlflow_store import MlflowStore
+
+pytestmark = pytest.mark.integration
+LRS = [0.15, 0.45]
+
+
+@pytest.fixture(scope="module")
+def pipeline_run(pipeline_stack, tmp_path_factory):
+    out = tmp_path_factory.mktemp("e2e-out")
+    conf = {"learning_rates": LRS, "epochs": 9, "rows": 30, "scheduler": "slurm", "output_dir": str(out)}
+    run = pipeline_stack.trigger("torchx_pipeline", conf)
+    state = pipeline_stack.wait_run("torchx_pipeline", run, timeout=420)
+    return pipeline_stack, run, state
+
+
+def _handle(stack, run, task, map_index=None):
+    task_path = task if map_index is None else f"{task}/{map_index}"
+    ti = stack.api("GET", f"/dags/torchx_pipeline/dagRuns/{run}/taskInstances/{task_path}")
+    assert ti["state"] == "success", ti
+    return stack.api(
+        "GET",
+        f"/dags/torchx_pipeline/dagRuns/{run}/taskInstances/{task}/xcomEntries/app_handle"
+        + (f"?map_index={map_index}&deserialize=true" if map_index is not None else "?deserialize=true"),
+    )["value"]
+
+
+def test_pipeline_succeeds_and_jobs_got_the_triggered_params(pipeline_run):
+    stack, run, state = pipeline_run
+    assert state == "success"
+    handles = [_handle(stack, run, "train", i) for i in range(len(LRS))]
+    assert all(h.startswith("slurm://torchx/") for h in handles)
+    store = FsspecStore(str(stack.home / "tracker"))
+    assert [store.metadata(h)["lr"] for h in handles] == LRS
+    assert {store.metadata(h)["epochs"] for h in handles} == {9}
+    assert store.metadata(_handle(stack, run, "prepare"))["rows"] == 30
+
+
+def test_lineage_and_tracker_data_in_both_backends(pipeline_run):
+    stack, run, _ = pipeline_run
+    prepare = _handle(stack, run, "prepare")
+    train = sorted(_handle(stack, run, "train", i) for i in range(len(LRS)))
+    evaluate = _handle(stack, run, "evaluate")
+    conn = stack.api("GET", "/connections/mlflow_default")
+    stores = {
+        "fsspec": FsspecStore(str(stack.home / "tracker")),
+        "mlflow": MlflowStore(conn["host"], "torchx"),
+    }
+    for name, store in stores.items():
+        assert sorted(s.source_run_id for s in store.sources(evaluate)) == train, name
+        for handle in train:
+            assert [s.source_run_id for s in store.sources(handle)] == [prepare], name
+        assert store.metadata(evaluate)["airflow_run_id"] == run, name
+        assert set(store.artifacts(evaluate)) == {"report", "best_model"}, name
+
+
+def test_deferrable_tasks_waited_in_the_triggerer(pipeline_run):
+    stack, run, _ = pipeline_run
+    logs = stack.home / "logs" / "dag_id=torchx_pipeline" / f"run_id={run}"
+    trigger_logs = {p.relative_to(logs).parts[0]: p for p in logs.rglob("*.log.trigger.*.log")}
+    assert set(trigger_logs) == {"task_id=prepare", "task_id=train", "task_id=evaluate"}
+    train_logs = list((logs / "task_id=train").rglob("*.log.trigger.*.log"))
+    assert len(train_logs) == len(LRS)
+    for path in trigger_logs.values():
+        assert "Trigger fired event" in path.read_text()
+
+
+def test_extra_links_of_a_torchx_task(pipeline_run):
+    stack, run, _ = pipeline_run
+    links = stack.api("GET", f"/dags/torchx_pipeline/dagRuns/{run}/taskInstances/evaluate/links")
+    url = stack.xcom("torchx_pipeline", run, "evaluate", "tracker_url")
+    assert links["MLflow Run"] == url
+    assert url.startswith(stack.api("GET", "/connections/mlflow_default")["host"] + "/#/experiments/")
+    result = stack.xcom("torchx_pipeline", run, "evaluate", "return_value")
+    assert json.dumps(result).count("slurm://torchx/") >= len(LRS) + 1
