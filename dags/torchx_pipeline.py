@@ -88,7 +88,14 @@ with DAG(
     @task
     def train_args(params: dict | None = None, ti=None, dag_run=None) -> list[list[str]]:
         """The train app's arguments, one list per learning rate; the data path is prepare's artifact."""
-        data = ti.xcom_pull(task_ids="prepare")["artifacts"]["data"]["path"]
+        artifacts = ti.xcom_pull(task_ids="prepare")["artifacts"]
+        if "data" not in artifacts:
+            raise ValueError(
+                "prepare recorded no 'data' artifact: this pipeline passes files through its trackers. "
+                "Give the torchx_default connection tracker connections (extra 'trackers', see the "
+                "README); scripts/airflow-home.sh sets up torchx_fsspec_default and mlflow_default."
+            )
+        data = artifacts["data"]["path"]
         out = run_dir(params["output_dir"], dag_run)
         return [
             [

@@ -45,8 +45,10 @@ class AirflowStack:
 
     @property
     def env(self) -> dict[str, str]:
+        # connections come from the stack's own home (and env_extra), not from the test process
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW_CONN_")}
         return {
-            **os.environ,
+            **inherited,
             "AIRFLOW_HOME": str(self.home),
             "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
@@ -151,12 +153,12 @@ class AirflowStack:
             {"new_state": state},
         )
 
-    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str) -> Any:
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str, map_index: int = -1) -> Any:
         try:
             entry = self.api(
                 "GET",
                 f"/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}/taskInstances/{task_id}/xcomEntries/{key}"
-                "?deserialize=true",
+                f"?deserialize=true&map_index={map_index}",
             )
         except urllib.error.HTTPError as e:
             if e.code == 404:

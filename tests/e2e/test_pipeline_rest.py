@@ -27,11 +27,9 @@ def _handle(stack, run, task, map_index=None):
     task_path = task if map_index is None else f"{task}/{map_index}"
     ti = stack.api("GET", f"/dags/torchx_pipeline/dagRuns/{run}/taskInstances/{task_path}")
     assert ti["state"] == "success", ti
-    return stack.api(
-        "GET",
-        f"/dags/torchx_pipeline/dagRuns/{run}/taskInstances/{task}/xcomEntries/app_handle"
-        + (f"?map_index={map_index}&deserialize=true" if map_index is not None else "?deserialize=true"),
-    )["value"]
+    return stack.xcom(
+        "torchx_pipeline", run, task, "app_handle", map_index=-1 if map_index is None else map_index
+    )
 
 
 def test_pipeline_succeeds_and_jobs_got_the_triggered_params(pipeline_run):
@@ -78,7 +76,7 @@ def test_extra_links_of_a_torchx_task(pipeline_run):
     stack, run, _ = pipeline_run
     links = stack.api("GET", f"/dags/torchx_pipeline/dagRuns/{run}/taskInstances/evaluate/links")
     url = stack.xcom("torchx_pipeline", run, "evaluate", "tracker_url")
-    assert links["MLflow Run"] == url
+    assert links["extra_links"]["MLflow Run"] == url
     assert url.startswith(stack.api("GET", "/connections/mlflow_default")["host"] + "/#/experiments/")
     result = stack.xcom("torchx_pipeline", run, "evaluate", "return_value")
     assert json.dumps(result).count("slurm://torchx/") >= len(LRS) + 1

@@ -6,6 +6,9 @@ import json
 import os
 
 import pytest
+from torchx.tracker.api import build_trackers
+from torchx_airflow_tracker.config import parse_config
+from torchx_airflow_tracker.fsspec_store import FsspecStore
 
 from torchx_airflow.exceptions import TorchXConfigError, TorchXConnectionError
 from torchx_airflow.hooks.torchx import _tracker_environ
@@ -98,21 +101,48 @@ def test_tracker_of_the_wrong_type_or_missing_is_refused(monkeypatch):
         tracker_hook("nope")
 
 
-def test_tracker_set_job_env_names_each_store_and_sets_mlflow_uri(monkeypatch, tmp_path):
+def test_tracker_set_job_env_one_store_and_several(monkeypatch, tmp_path):
     _conn(monkeypatch, "fs1", conn_type="torchx_fsspec", extra={"root": str(tmp_path / "a")})
     _conn(monkeypatch, "fs2", conn_type="torchx_fsspec", extra={"root": "memory://b"})
     _conn(monkeypatch, "ml", conn_type="mlflow", host="http://m:5000", login="u", password=SECRET)
-    env = TrackerSet.for_conn_ids(["fs1", "ml", "fs2"]).job_env()
-    assert env["TORCHX_TRACKERS"] == "airflow_fsspec,airflow_mlflow,airflow_fsspec_2"
-    assert json.loads(env["TORCHX_TRACKER_AIRFLOW_FSSPEC_CONFIG"]) == {"root": str(tmp_path / "a")}
-    assert json.loads(env["TORCHX_TRACKER_AIRFLOW_FSSPEC_2_CONFIG"]) == {"root": "memory://b"}
-    assert json.loads(env["TORCHX_TRACKER_AIRFLOW_MLFLOW_CONFIG"]) == {
-        "tracking_uri": "http://m:5000",
-        "experiment": "torchx",
+    single = TrackerSet.for_conn_ids(["fs1"]).job_env()
+    assert single == {
+        "TORCHX_TRACKERS": "airflow_fsspec",
+        "TORCHX_TRACKER_AIRFLOW_FSSPEC_CONFIG": json.dumps(
+            {"root": str(tmp_path / "a")}, separators=(",", ":")
+        ),
     }
+    mlflow_only = TrackerSet.for_conn_ids(["ml"]).job_env()
+    assert mlflow_only["TORCHX_TRACKER_AIRFLOW_MLFLOW_CONFIG"].startswith("base64:")  # its JSON has a comma
+    assert parse_config(
+        "mlflow", mlflow_only["TORCHX_TRACKER_AIRFLOW_MLFLOW_CONFIG"], ("tracking_uri",), ("experiment",)
+    ) == {"tracking_uri": "http://m:5000", "experiment": "torchx"}
+
+    env = TrackerSet.for_conn_ids(["fs1", "ml", "fs2"]).job_env()
+    # no value may hold a comma: TorchX's Slurm scheduler passes env as `srun --export=ALL,K=V,...`
+    assert not [k for k, v in env.items() if "," in v]
+    assert env["TORCHX_TRACKERS"] == "airflow_stores"
+    store = build_trackers({"airflow_stores": env["TORCHX_TRACKER_AIRFLOW_STORES_CONFIG"]})[0]
+    assert [type(s).__name__ for s in store.stores] == ["FsspecStore", "MlflowStore", "FsspecStore"]
+    assert store.stores[1].tracking_uri == "http://m:5000"
     assert env["MLFLOW_TRACKING_URI"] == "http://m:5000"
     assert env["MLFLOW_TRACKING_PASSWORD"] == SECRET
     assert TrackerSet([]).job_env() == {}
+
+
+def test_several_stores_in_a_job_write_to_all_and_read_from_the_first(tmp_path):
+    config = json.dumps([{"kind": "fsspec", "config": {"root": str(tmp_path / d)}} for d in ("a", "b")])
+    (store,) = build_trackers({"airflow_stores": config})
+    store.add_metadata("x://s/1", lr=0.5)
+    store.add_artifact("x://s/1", "model", "/m.pt")
+    store.add_source("x://s/1", "x://s/0")
+    for root in ("a", "b"):
+        other = FsspecStore(str(tmp_path / root))
+        assert other.metadata("x://s/1") == {"lr": 0.5}
+        assert [s.source_run_id for s in other.sources("x://s/1")] == ["x://s/0"]
+    assert store.artifacts("x://s/1")["model"].path == "/m.pt"
+    with pytest.raises(ValueError, match="Unknown store kind 'nope'"):
+        build_trackers({"airflow_stores": '[{"kind": "nope", "config": {}}]'})
 
 
 def test_tracker_set_limits(monkeypatch):

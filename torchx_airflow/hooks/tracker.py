@@ -44,6 +44,7 @@ ENV_PARENT_RUN_ID = "TORCHX_PARENT_RUN_ID"
 ENV_MLFLOW_URI = "MLFLOW_TRACKING_URI"
 ENV_MLFLOW_USERNAME = "MLFLOW_TRACKING_USERNAME"
 ENV_MLFLOW_PASSWORD = "MLFLOW_TRACKING_PASSWORD"  # noqa: S105 - an env variable name
+MULTI_ENTRY_POINT = "airflow_stores"
 # Entry points of torchx-airflow-tracker: TorchX names each config variable after the entry point,
 # so several stores of one kind need distinct names.
 ENTRY_POINTS = {
@@ -428,16 +429,36 @@ class TrackerSet:
     def job_env(self) -> dict[str, str]:
         """Variables every role gets: ``TORCHX_TRACKERS``, each store's config, MLflow credentials.
 
+        No value holds a comma, since TorchX's Slurm scheduler passes env through
+        ``srun --export=ALL,K=V,...``: one store is ``airflow_fsspec``/``airflow_mlflow`` with its
+        config, several are the one entry point ``airflow_stores`` whose config lists them; a config
+        whose JSON holds a comma is passed as ``base64:...`` (``encode_config``).
+
         With exactly one MLflow tracker, ``MLFLOW_TRACKING_URI`` points at it too, so the job's own
         ``mlflow`` calls land on the same server.
         """
         if not self.backends:
             return {}
-        env = {ENV_TRACKERS: ",".join(self.entry_points)}
-        mlflow = [b for b in self.backends if b.kind == "mlflow"]
-        for name, backend in zip(self.entry_points, self.backends, strict=True):
-            env[config_env_name(name)] = json.dumps(backend.config, sort_keys=True)
+        from torchx_airflow_tracker.config import encode_config
+
+        if len(self.backends) == 1:
+            (backend,) = self.backends
+            names, configs = [self.entry_points[0]], [backend.config]
+        else:
+            # TORCHX_TRACKERS is comma-separated, and Slurm's `srun --export=ALL,K=V,...` would split
+            # it: several stores travel as one entry point whose config lists them all.
+            names = [MULTI_ENTRY_POINT]
+            configs = [[{"kind": b.kind, "config": b.config} for b in self.backends]]
+        env = {ENV_TRACKERS: names[0]}
+        has_secrets = any(b.secrets for b in self.backends)
+        for name, config in zip(names, configs, strict=True):
+            encoded = encode_config(config)
+            if has_secrets and encoded.startswith("base64:"):
+                mask_secret(encoded)  # the secrets are inside, encoded: never show the whole value
+            env[config_env_name(name)] = encoded
+        for backend in self.backends:
             env.update(backend.job_env)
+        mlflow = [b for b in self.backends if b.kind == "mlflow"]
         if len(mlflow) == 1:
             env[ENV_MLFLOW_URI] = mlflow[0].config["tracking_uri"]
         return env

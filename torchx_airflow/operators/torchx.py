@@ -406,6 +406,8 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
             )
         if self.trackers:
             result.update(run_results(self.trackers.stores[0], app_handle))
+        else:
+            result.update({"metadata": {}, "artifacts": {}, "sources": []})
         ti.xcom_push(key=XCOM_RUN_ID, value=app_handle)
         return result
 

@@ -1,10 +1,27 @@
-"""Inline tracker configuration: the JSON in ``TORCHX_TRACKER_<NAME>_CONFIG``."""
+"""Inline tracker configuration: the JSON in ``TORCHX_TRACKER_<NAME>_CONFIG``.
+
+The JSON may also come as ``base64:<urlsafe base64 of the JSON>``: some schedulers pass env values
+through comma-separated lists (TorchX's Slurm scheduler uses ``srun --export=ALL,K=V,...``), which
+would cut a JSON object at its first comma.
+"""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import Mapping
 from typing import Any
+
+BASE64_PREFIX = "base64:"
+
+
+def encode_config(config: Any) -> str:
+    """A config as env-safe text: compact JSON, or ``base64:...`` when the JSON holds a comma."""
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"))
+    if "," not in text:
+        return text
+    return BASE64_PREFIX + base64.urlsafe_b64encode(text.encode()).decode()
 
 
 class TrackerConfigError(ValueError):
@@ -24,6 +41,14 @@ def parse_config(
         raise TrackerConfigError(
             f"The {kind} tracker needs a config: set TORCHX_TRACKER_<NAME>_CONFIG to JSON such as {example}."
         )
+    if isinstance(config, str) and config.startswith(BASE64_PREFIX):
+        try:
+            config = base64.urlsafe_b64decode(config[len(BASE64_PREFIX) :].encode()).decode()
+        except (binascii.Error, UnicodeDecodeError) as e:
+            raise TrackerConfigError(
+                f"The {kind} tracker config starts with {BASE64_PREFIX!r} but is not base64 of JSON ({e}). "
+                f"Expected e.g. {example} or its encode_config() form."
+            ) from e
     if isinstance(config, str):
         try:
             config = json.loads(config)

@@ -1,0 +1,79 @@
+"""The Airflow UI in headless Chromium (Debian's, driven by Playwright): log in, open the pipeline,
+trigger it from the form with a changed param, wait for success, open a TorchX task and find its
+extra links. Screenshots go to test-artifacts/ui/ for a person to look at."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+SHOTS = REPO / "test-artifacts" / "ui"
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not os.path.exists(CHROMIUM):
+        if os.geteuid() != 0:
+            pytest.skip("Debian's chromium is not installed and installing it needs root")
+        subprocess.run(["bash", str(REPO / "scripts" / "install-chromium.sh")], check=True, timeout=900)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield chromium
+        chromium.close()
+
+
+def test_trigger_from_the_form_and_find_the_extra_links(pipeline_stack, browser):
+    stack = pipeline_stack
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    stack.wait_for_dag("torchx_pipeline")
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(stack.url)
+    page.get_by_label("Username").fill("admin")
+    page.get_by_label("Password").fill(stack.password)
+    page.screenshot(path=SHOTS / "1-login.png")
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(re.compile(rf":{stack.port}/(?!auth)"))
+
+    page.goto(f"{stack.url}/dags/torchx_pipeline")
+    page.get_by_role("button", name=re.compile("Trigger", re.I)).first.click()
+    epochs = page.locator("input[name=element_epochs]")
+    epochs.fill("13")
+    page.screenshot(path=SHOTS / "2-trigger-form.png")
+    before = {r["dag_run_id"] for r in stack.api("GET", "/dags/torchx_pipeline/dagRuns")["dag_runs"]}
+    page.get_by_role("dialog").get_by_role("button", name=re.compile("^Trigger$")).click()
+    deadline = time.monotonic() + 60
+    while not (
+        new := {r["dag_run_id"] for r in stack.api("GET", "/dags/torchx_pipeline/dagRuns")["dag_runs"]}
+        - before
+    ):
+        assert time.monotonic() < deadline, "the form did not trigger a run"
+        time.sleep(0.5)
+    (run,) = new
+    assert stack.api("GET", f"/dags/torchx_pipeline/dagRuns/{run}")["conf"]["epochs"] == 13
+    assert stack.wait_run("torchx_pipeline", run, timeout=300) == "success"
+    train = stack.xcom("torchx_pipeline", run, "train", "return_value", map_index=0)
+    assert train["metadata"]["epochs"] == 13  # the job got the form's value
+
+    page.goto(f"{stack.url}/dags/torchx_pipeline/runs/{run}")
+    page.wait_for_load_state("networkidle")
+    page.screenshot(path=SHOTS / "3-run.png")
+    page.goto(f"{stack.url}/dags/torchx_pipeline/runs/{run}/tasks/evaluate/details")
+    mlflow_link = page.get_by_role("link", name="MLflow Run")
+    mlflow_link.wait_for(timeout=30000)
+    page.screenshot(path=SHOTS / "4-task-extra-links.png", full_page=True)
+    assert mlflow_link.get_attribute("href") == stack.xcom("torchx_pipeline", run, "evaluate", "tracker_url")
+    assert page.get_by_role("link", name="TorchX App").count() == 1
