@@ -180,7 +180,11 @@ down() {
   fi
   pkill -x munged 2>/dev/null && log "munged stopped" || true
   for _ in $(seq 40); do
-    pgrep -x 'slurmd|slurmctld|slurmdbd|munged|mariadbd' >/dev/null || return 0
+    local alive=0
+    for daemon in slurmd slurmctld slurmdbd munged mariadbd; do
+      pgrep -x "$daemon" >/dev/null && alive=1
+    done
+    [ "$alive" = 0 ] && return 0
     sleep 0.5
   done
 }
