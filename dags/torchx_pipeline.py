@@ -34,6 +34,14 @@ MODELS = (
     " | map(attribute='path') | join(',') }}"
 )
 
+# Every step: a job script run by utils.python, on the scheduler the run's params name.
+STEP = {
+    "component": "utils.python",
+    "scheduler": "{{ params.scheduler }}",
+    "deferrable": True,  # waits in the triggerer on slurm; in the worker on local_cwd
+    "poll_interval": 1,
+}
+
 
 def run_dir(output_dir: str, dag_run) -> str:
     """This DAG run's own output directory (also the ``run_dir`` macro of the templates)."""
@@ -70,7 +78,6 @@ with DAG(
 
     prepare = TorchXOperator(
         task_id="prepare",
-        component="utils.python",
         component_args=[
             "--script",
             str(JOBS / "prepare.py"),
@@ -80,9 +87,7 @@ with DAG(
             "--rows",
             "{{ params.rows }}",
         ],  # fmt: skip
-        scheduler="{{ params.scheduler }}",
-        deferrable=True,  # waits in the triggerer on slurm; in the worker on local_cwd
-        poll_interval=1,
+        **STEP,
     )
 
     @task
@@ -117,15 +122,11 @@ with DAG(
     args = train_args()
     train = TorchXOperator.partial(
         task_id="train",
-        component="utils.python",
-        scheduler="{{ params.scheduler }}",
-        deferrable=True,  # waits in the triggerer on slurm; in the worker on local_cwd
-        poll_interval=1,
+        **STEP,
     ).expand(component_args=args)
 
     evaluate = TorchXOperator(
         task_id="evaluate",
-        component="utils.python",
         component_args=[
             "--script",
             str(JOBS / "evaluate.py"),
@@ -137,9 +138,7 @@ with DAG(
             "--out",
             f"{RUN_DIR}/evaluate",
         ],  # fmt: skip
-        scheduler="{{ params.scheduler }}",
-        deferrable=True,  # waits in the triggerer on slurm; in the worker on local_cwd
-        poll_interval=1,
+        **STEP,
     )
 
     prepare >> args

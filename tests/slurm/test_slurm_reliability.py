@@ -75,12 +75,20 @@ def wait_trigger_running(stack, timeout: float = 60) -> None:
     raise AssertionError("the triggerer did not pick up the trigger")
 
 
-def test_torchx_cli_runs_on_the_cluster_and_status_works_from_another_process(slurm_cluster, tmp_path):
+def torchx_run(cwd: Path, *args: str) -> str:
+    """``torchx run --scheduler slurm ...`` from ``cwd``; returns the handle it prints."""
     out = subprocess.run(
-        [str(BIN / "torchx"), "run", "--scheduler", "slurm", "utils.echo", "--msg", "hello-slurm"],
-        capture_output=True, text=True, cwd=tmp_path, check=True,
-    ).stdout  # fmt: skip
-    handle = next(line for line in out.splitlines() if line.startswith("slurm://"))
+        [str(BIN / "torchx"), "run", "--scheduler", "slurm", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        check=True,
+    ).stdout
+    return next(line for line in out.splitlines() if line.startswith("slurm://"))
+
+
+def test_torchx_cli_runs_on_the_cluster_and_status_works_from_another_process(slurm_cluster, tmp_path):
+    handle = torchx_run(tmp_path, "utils.echo", "--msg", "hello-slurm")
     wait_job_state(handle, "COMPLETED", 60)
     other = tmp_path / "elsewhere"
     other.mkdir()
@@ -184,11 +192,7 @@ def test_sensor_on_a_handle_slurm_does_not_know_fails_clearly(slurm_stack):
 
 
 def test_deferred_sensor_waits_on_a_slurm_app_in_the_triggerer(slurm_stack, tmp_path):
-    out = subprocess.run(
-        [str(BIN / "torchx"), "run", "--scheduler", "slurm", "utils.sh", "sleep", "8"],
-        capture_output=True, text=True, cwd=tmp_path, check=True,
-    ).stdout  # fmt: skip
-    handle = next(line for line in out.splitlines() if line.startswith("slurm://"))
+    handle = torchx_run(tmp_path, "utils.sh", "sleep", "8")
     run = slurm_stack.trigger("slurm_sensor_deferred", {"app_handle": handle})
     slurm_stack.wait_ti("slurm_sensor_deferred", run, "wait", ("deferred",), timeout=120)
     assert slurm_stack.wait_run("slurm_sensor_deferred", run) == "success"

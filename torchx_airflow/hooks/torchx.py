@@ -58,26 +58,34 @@ class TorchXConnectionSettings:
             )
         return cls(
             scheduler=scheduler.strip(),
-            cfg=_parse_json_object(conn_id, "cfg", get("cfg")),
+            cfg=parse_json_object(conn_id, "cfg", get("cfg"), '{"partition": "gpu", "time": "01:00:00"}'),
             trackers=_parse_trackers(conn_id, get("trackers")),
         )
 
 
-def _parse_json_object(conn_id: str, key: str, value: Any) -> dict[str, Any]:
-    if value is None:
+def parse_json_object(
+    conn_id: str, key: str, value: Any, example: str = '{"partition": "gpu"}', show_value: bool = True
+) -> dict[str, Any]:
+    """A connection extra that holds a JSON object (a dict, or its JSON text); ``{}`` when empty.
+
+    The error names the connection, the key and an example; ``show_value=False`` keeps the value
+    (which may hold credentials) out of it.
+    """
+    if value is None or value == "":
         return {}
+    shown = f": {value!r}" if show_value else ""
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except json.JSONDecodeError as e:
             raise TorchXConnectionError(
-                f"Connection {conn_id!r}: extra {key!r} is not valid JSON ({e}): {value!r}. "
-                'Write it as a JSON object, e.g. {"partition": "gpu"}.'
+                f"Connection {conn_id!r}: extra {key!r} is not valid JSON ({e}){shown}. "
+                f"Write it as a JSON object, e.g. {example}."
             ) from e
     if not isinstance(value, dict):
         raise TorchXConnectionError(
-            f"Connection {conn_id!r}: extra {key!r} must be a JSON object of run options, got {value!r}. "
-            'Write it as e.g. {"partition": "gpu", "time": "01:00:00"}.'
+            f"Connection {conn_id!r}: extra {key!r} must be a JSON object, got a {type(value).__name__}"
+            f"{shown}. Write it as e.g. {example}."
         )
     return value
 

@@ -20,7 +20,6 @@ that write lineage and read results. Importing this module imports neither mlflo
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook
 
 from torchx_airflow.exceptions import TorchXConnectionError
+from torchx_airflow.hooks.torchx import parse_json_object
 from torchx_airflow.secrets import mask_secret, should_hide_value_for_key
 
 if TYPE_CHECKING:
@@ -104,25 +104,6 @@ class TrackerBackend:
             username=self.username,
             password=self.password,
         )
-
-
-def _extra_json_object(conn_id: str, key: str, value: Any) -> dict[str, Any]:
-    if value in (None, ""):
-        return {}
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as e:
-            raise TorchXConnectionError(
-                f"Connection {conn_id!r}: extra {key!r} is not valid JSON ({e}): write it as a JSON object, "
-                'e.g. {"endpoint_url": "http://minio:9000"}.'
-            ) from e
-    if not isinstance(value, dict):
-        raise TorchXConnectionError(
-            f"Connection {conn_id!r}: extra {key!r} must be a JSON object, got a {type(value).__name__}. "
-            'Write it as e.g. {"endpoint_url": "http://minio:9000"}.'
-        )
-    return value
 
 
 def _extra(conn: Connection, conn_type: str, key: str) -> Any:
@@ -202,8 +183,12 @@ class TorchXFsspecHook(_TrackerHook):
                 f"file://..., s3://bucket/prefix, memory://...), got {root!r}. E.g. {self.example_env()}"
             )
         root = root.strip()
-        options = _extra_json_object(
-            self.conn_id, "storage_options", _extra(conn, self.conn_type, "storage_options")
+        options = parse_json_object(
+            self.conn_id,
+            "storage_options",
+            _extra(conn, self.conn_type, "storage_options"),
+            '{"endpoint_url": "http://minio:9000"}',
+            show_value=False,  # it may hold credentials
         )
         protocol = root.split("://", 1)[0] if "://" in root else "file"
         secrets = list(_sensitive_values(options))

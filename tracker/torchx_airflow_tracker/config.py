@@ -28,6 +28,24 @@ class TrackerConfigError(ValueError):
     """A tracker configuration that is missing, not JSON, or has a bad key or value."""
 
 
+def load_json_text(what: str, text: str, example: str) -> Any:
+    """Parse a config's text: JSON, or ``base64:`` of JSON. Errors name ``what`` and an example."""
+    if text.startswith(BASE64_PREFIX):
+        try:
+            text = base64.urlsafe_b64decode(text[len(BASE64_PREFIX) :].encode()).decode()
+        except (binascii.Error, UnicodeDecodeError) as e:
+            raise TrackerConfigError(
+                f"The {what} config starts with {BASE64_PREFIX!r} but is not base64 of JSON ({e}). "
+                f"Expected e.g. {example} or its encode_config() form."
+            ) from e
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise TrackerConfigError(
+            f"The {what} config is not valid JSON ({e}). Expected e.g. {example}."
+        ) from e
+
+
 def parse_config(
     kind: str, config: str | Mapping[str, Any] | None, required: tuple[str, ...], optional: tuple[str, ...]
 ) -> dict[str, Any]:
@@ -41,21 +59,8 @@ def parse_config(
         raise TrackerConfigError(
             f"The {kind} tracker needs a config: set TORCHX_TRACKER_<NAME>_CONFIG to JSON such as {example}."
         )
-    if isinstance(config, str) and config.startswith(BASE64_PREFIX):
-        try:
-            config = base64.urlsafe_b64decode(config[len(BASE64_PREFIX) :].encode()).decode()
-        except (binascii.Error, UnicodeDecodeError) as e:
-            raise TrackerConfigError(
-                f"The {kind} tracker config starts with {BASE64_PREFIX!r} but is not base64 of JSON ({e}). "
-                f"Expected e.g. {example} or its encode_config() form."
-            ) from e
     if isinstance(config, str):
-        try:
-            config = json.loads(config)
-        except json.JSONDecodeError as e:
-            raise TrackerConfigError(
-                f"The {kind} tracker config is not valid JSON ({e}): {config!r}. Expected e.g. {example}."
-            ) from e
+        config = load_json_text(f"{kind} tracker", config, example)
     if not isinstance(config, Mapping):
         raise TrackerConfigError(
             f"The {kind} tracker config must be a JSON object such as {example}, got {config!r}."

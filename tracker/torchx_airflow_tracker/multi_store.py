@@ -13,14 +13,12 @@ point whose config lists every store keeps all of them, on every scheduler::
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from collections.abc import Iterable, Mapping, Sequence
 
 from torchx.tracker.api import Lineage, TrackerArtifact, TrackerBase, TrackerSource
 
-from torchx_airflow_tracker.config import BASE64_PREFIX, TrackerConfigError
+from torchx_airflow_tracker.config import TrackerConfigError, load_json_text
 
 KINDS = ("fsspec", "mlflow")
 
@@ -71,18 +69,7 @@ def create(config: str | None) -> MultiStore:
     from torchx_airflow_tracker import fsspec_store, mlflow_store
 
     example = '[{"kind": "fsspec", "config": {"root": "/data/tracker"}}]'
-    text = (config or "").strip()
-    if text.startswith(BASE64_PREFIX):
-        try:
-            text = base64.urlsafe_b64decode(text[len(BASE64_PREFIX) :].encode()).decode()
-        except (binascii.Error, UnicodeDecodeError) as e:
-            raise TrackerConfigError(f"The airflow_stores config is not base64 of JSON ({e}).") from e
-    try:
-        entries = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise TrackerConfigError(
-            f"The airflow_stores config is not JSON ({e}). Expected e.g. {example}."
-        ) from e
+    entries = load_json_text("airflow_stores tracker", (config or "").strip(), example)
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise TrackerConfigError(f"The airflow_stores config must be a JSON list such as {example}.")
     factories = {"fsspec": fsspec_store.create, "mlflow": mlflow_store.create}
