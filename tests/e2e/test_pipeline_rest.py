@@ -10,6 +10,8 @@ import pytest
 from torchx_airflow_tracker.fsspec_store import FsspecStore
 from torchx_airflow_tracker.mlflow_store import MlflowStore
 
+from tests.e2e.conftest import MLFLOW_PASSWORD
+
 pytestmark = pytest.mark.integration
 LRS = [0.15, 0.45]
 
@@ -48,11 +50,8 @@ def test_lineage_and_tracker_data_in_both_backends(pipeline_run):
     prepare = _handle(stack, run, "prepare")
     train = sorted(_handle(stack, run, "train", i) for i in range(len(LRS)))
     evaluate = _handle(stack, run, "evaluate")
-    conn = stack.api("GET", "/connections/mlflow_default")
-    stores = {
-        "fsspec": FsspecStore(str(stack.home / "tracker")),
-        "mlflow": MlflowStore(conn["host"], "torchx"),
-    }
+    mlflow_uri = f"http://127.0.0.1:{stack.env_extra['MLFLOW_PORT']}"
+    stores = {"fsspec": FsspecStore(str(stack.home / "tracker")), "mlflow": MlflowStore(mlflow_uri, "torchx")}
     for name, store in stores.items():
         assert sorted(s.source_run_id for s in store.sources(evaluate)) == train, name
         for handle in train:
@@ -77,6 +76,21 @@ def test_extra_links_of_a_torchx_task(pipeline_run):
     links = stack.api("GET", f"/dags/torchx_pipeline/dagRuns/{run}/taskInstances/evaluate/links")
     url = stack.xcom("torchx_pipeline", run, "evaluate", "tracker_url")
     assert links["extra_links"]["MLflow Run"] == url
-    assert url.startswith(stack.api("GET", "/connections/mlflow_default")["host"] + "/#/experiments/")
+    assert url.startswith(f"http://127.0.0.1:{stack.env_extra['MLFLOW_PORT']}/#/experiments/")
     result = stack.xcom("torchx_pipeline", run, "evaluate", "return_value")
     assert json.dumps(result).count("slurm://torchx/") >= len(LRS) + 1
+
+
+def test_the_connection_password_is_in_no_task_log_file(pipeline_run):
+    stack, run, _ = pipeline_run
+    logs = [p for p in (stack.home / "logs").rglob("*") if p.is_file()]
+    assert any("dag_id=torchx_pipeline" in str(p) for p in logs)
+    for path in logs:
+        assert MLFLOW_PASSWORD not in path.read_text(errors="replace"), path
+    prepare = next(
+        p
+        for p in logs
+        if f"run_id={run}" in str(p) and "task_id=prepare" in str(p) and "trigger" not in p.name
+    )
+    # the dry-run request the task logs shows the variable, masked
+    assert "MLFLOW_TRACKING_PASSWORD" in prepare.read_text() and "***" in prepare.read_text()
