@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from datetime import datetime
 from pathlib import Path
 
@@ -205,9 +206,13 @@ def test_no_secret_in_task_logs_dry_run_rendered_fields_or_xcom(lineage_run):
         assert store.metadata(result.xcom("a", key="app_handle"))["step"] == "a"
     assert "a: MLFLOW_TRACKING_PASSWORD=***" in result.output
     plan = result.xcom("plan")
-    assert "TORCHX_TRACKER_AIRFLOW_FSSPEC_CONFIG" in plan["roles"][0]["env_names"]
+    assert "TORCHX_TRACKER_AIRFLOW_STORES_CONFIG" in plan["roles"][0]["env_names"]
     assert plan["trackers"] == ["lin_s3", "lin_ml"]
     stored = result.stored_text()
+    # the stores' config holds the S3 secret base64-encoded: the whole value is a secret too
+    encoded = re.compile(r"base64:[A-Za-z0-9_\-=]{16,}")
+    assert "TORCHX_TRACKER_AIRFLOW_STORES_CONFIG" in result.output  # the dry run shows the variable...
+    assert not encoded.search(result.output) and not encoded.search(stored)  # ...never its value
     for secret in (S3_SECRET, MLFLOW_PASSWORD):
         assert secret not in result.output
         assert secret not in stored
