@@ -24,16 +24,10 @@ from binascii import Error as B32Error
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from torchx.tracker.api import TrackerArtifact, TrackerBase, TrackerSource
+from torchx.tracker.api import TrackerArtifact, TrackerBase
 
 from torchx_airflow_tracker.config import parse_config
-from torchx_airflow_tracker.lineage import (
-    DEFAULT_DEPTH,
-    RunLineage,
-    artifact_names_key,
-    build_lineage,
-    edges_to_sources,
-)
+from torchx_airflow_tracker.lineage import EdgeQueries, artifact_names_key
 
 if TYPE_CHECKING:
     import fsspec
@@ -75,7 +69,7 @@ def _decode_names(text: str) -> tuple[str | None, ...]:
     return artifact_names_key(line or None for line in lines) if lines else (None,)
 
 
-class FsspecStore(TrackerBase):
+class FsspecStore(EdgeQueries, TrackerBase):
     """TorchX tracker backend on an fsspec filesystem.
 
     :param root: a path or URL; created if missing.
@@ -185,20 +179,11 @@ class FsspecStore(TrackerBase):
                 edges[other] = _decode_names(self.fs.cat_file(path).decode("utf-8"))
         return edges
 
-    def sources(self, run_id: str, artifact_name: str | None = None) -> Iterable[TrackerSource]:
-        return edges_to_sources(self._edges(run_id, SOURCES), artifact_name)
+    def _parents(self, run_id: str) -> dict[str, tuple[str | None, ...]]:
+        return self._edges(run_id, SOURCES)
 
-    def descendants(self, run_id: str, artifact_name: str | None = None) -> list[TrackerSource]:
-        """Runs that have ``run_id`` as a source (``source_run_id`` holds the descendant's id)."""
-        return edges_to_sources(self._edges(run_id, DESCENDANTS), artifact_name)
-
-    def lineage(self, run_id: str, depth: int = DEFAULT_DEPTH) -> RunLineage:
-        return build_lineage(
-            run_id,
-            lambda r: self._edges(r, SOURCES),
-            lambda r: self._edges(r, DESCENDANTS),
-            depth,
-        )
+    def _children(self, run_id: str) -> dict[str, tuple[str | None, ...]]:
+        return self._edges(run_id, DESCENDANTS)
 
     def reindex(self) -> int:
         """Write the descendants index from every run's sources; returns the edges written.

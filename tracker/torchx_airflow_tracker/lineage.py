@@ -164,3 +164,26 @@ def build_lineage(
         downstream=_walk(run_id, children_of, depth, up=False),
         depth=depth,
     )
+
+
+class EdgeQueries:
+    """``sources``, ``descendants`` and ``lineage`` of a store that can read a run's edges both ways.
+
+    A store defines ``_parents(run_id)`` and ``_children(run_id)`` (each ``{run id: artifact names}``).
+    """
+
+    def _parents(self, run_id: str) -> Mapping[str, tuple[str | None, ...]]:
+        raise NotImplementedError
+
+    def _children(self, run_id: str) -> Mapping[str, tuple[str | None, ...]]:
+        raise NotImplementedError
+
+    def sources(self, run_id: str, artifact_name: str | None = None) -> Iterable[TrackerSource]:
+        return edges_to_sources(self._parents(run_id), artifact_name)
+
+    def descendants(self, run_id: str, artifact_name: str | None = None) -> list[TrackerSource]:
+        """Runs that have ``run_id`` as a source (``source_run_id`` holds the descendant's id)."""
+        return edges_to_sources(self._children(run_id), artifact_name)
+
+    def lineage(self, run_id: str, depth: int = DEFAULT_DEPTH) -> RunLineage:
+        return build_lineage(run_id, self._parents, self._children, depth)

@@ -25,16 +25,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from torchx.tracker.api import TrackerArtifact, TrackerBase, TrackerSource
+from torchx.tracker.api import TrackerArtifact, TrackerBase
 
 from torchx_airflow_tracker.config import parse_config
-from torchx_airflow_tracker.lineage import (
-    DEFAULT_DEPTH,
-    RunLineage,
-    artifact_names_key,
-    build_lineage,
-    edges_to_sources,
-)
+from torchx_airflow_tracker.lineage import EdgeQueries, artifact_names_key
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -130,7 +124,7 @@ def _quote(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-class MlflowStore(TrackerBase):
+class MlflowStore(EdgeQueries, TrackerBase):
     """TorchX tracker backend on an MLflow tracking server (``http://...``) or store (``sqlite:///...``).
 
     :param tracking_uri: the tracking URI.
@@ -295,16 +289,6 @@ class MlflowStore(TrackerBase):
             {"source": source_id, "artifact_names": list(artifact_names_key((*names, artifact_name)))}
         )
         self._log_tags(run_id, {SOURCE_PREFIX + _digest(source_id): value})
-
-    def sources(self, run_id: str, artifact_name: str | None = None) -> Iterable[TrackerSource]:
-        return edges_to_sources(self._parents(run_id), artifact_name)
-
-    def descendants(self, run_id: str, artifact_name: str | None = None) -> list[TrackerSource]:
-        """Runs that have ``run_id`` as a source (``source_run_id`` holds the descendant's id)."""
-        return edges_to_sources(self._children(run_id), artifact_name)
-
-    def lineage(self, run_id: str, depth: int = DEFAULT_DEPTH) -> RunLineage:
-        return build_lineage(run_id, self._parents, self._children, depth)
 
     def run_ids(self, **kwargs: str) -> Iterable[str]:
         parent_run_id = kwargs.pop("parent_run_id", None)
