@@ -117,6 +117,5 @@ case "${1:-}" in
   status) for service in "${SERVICES[@]}"; do
             if running "$service"; then echo "$service running"; else echo "$service stopped"; fi
           done ;;
-  env) env | grep -E '^AIRFLOW' | grep -v -E 'JWT_SECRET|FERNET' ;;
   *) echo "usage: $0 up|down|start <service>|stop <service> [--kill]|status" >&2; exit 2 ;;
 esac

@@ -10,7 +10,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.secrets import redact_text
@@ -40,17 +40,15 @@ class AppLogStreamer:
         self.line_count = 0
 
     def start(self) -> AppLogStreamer:
-        for role, count in self._replicas.items():
-            for k in range(count):
-                for stream in self._hook.log_streams(self._app_handle):
-                    thread = threading.Thread(
-                        target=self._follow,
-                        args=(role, k, stream),
-                        name=f"torchx-log-{role}-{k}-{stream or 'all'}",
-                        daemon=True,
-                    )
-                    thread.start()
-                    self._threads.append(thread)
+        for role, k, stream in replica_streams(self._hook, self._app_handle, self._replicas):
+            thread = threading.Thread(
+                target=self._follow,
+                args=(role, k, stream),
+                name=f"torchx-log-{role}-{k}-{stream or 'all'}",
+                daemon=True,
+            )
+            thread.start()
+            self._threads.append(thread)
         return self
 
     def _follow(self, role: str, k: int, stream: str | None) -> None:
@@ -88,6 +86,17 @@ class AppLogStreamer:
         self.drain()
 
 
+def replica_streams(
+    hook: TorchXHook, app_handle: str, replicas: Mapping[str, int]
+) -> Iterator[tuple[str, int, str | None]]:
+    """Every (role, replica, log stream) of an app."""
+    streams = hook.log_streams(app_handle)
+    for role, count in replicas.items():
+        for k in range(count):
+            for stream in streams:
+                yield role, k, stream
+
+
 def log_cursor_key(role: str, k: int, stream: str | None) -> str:
     return f"{role}/{k}/{stream or 'all'}"
 
@@ -105,32 +114,30 @@ def print_app_logs(
     from collections import deque
 
     seen = dict(cursor or {})
-    for role, count in replicas.items():
-        for k in range(count):
-            for stream in hook.log_streams(app_handle):
-                key = log_cursor_key(role, k, stream)
-                skip = seen.get(key, 0)
-                tail: deque[str] = deque(maxlen=max_lines)
-                total = 0
-                try:
-                    for chunk in hook.log_lines(app_handle, role, k, should_tail=False, stream=stream):
-                        for line in chunk.splitlines():
-                            total += 1
-                            if total > skip:
-                                tail.append(line)
-                except Exception as e:  # logs are best effort
-                    log.info("[%s/%d] <logs unavailable: %s>", role, k, e)
-                    continue
-                omitted = total - skip - len(tail)
-                if omitted > 0:
-                    log.info(
-                        "[%s/%d] ... %d earlier lines not shown (max_log_lines=%d)",
-                        role,
-                        k,
-                        omitted,
-                        max_lines,
-                    )
-                for line in tail:
-                    log.info("[%s/%d] %s", role, k, redact_text(line))
-                seen[key] = total
+    for role, k, stream in replica_streams(hook, app_handle, replicas):
+        key = log_cursor_key(role, k, stream)
+        skip = seen.get(key, 0)
+        tail: deque[str] = deque(maxlen=max_lines)
+        total = 0
+        try:
+            for chunk in hook.log_lines(app_handle, role, k, should_tail=False, stream=stream):
+                for line in chunk.splitlines():
+                    total += 1
+                    if total > skip:
+                        tail.append(line)
+        except Exception as e:  # logs are best effort
+            log.info("[%s/%d] <logs unavailable: %s>", role, k, e)
+            continue
+        omitted = total - skip - len(tail)
+        if omitted > 0:
+            log.info(
+                "[%s/%d] ... %d earlier lines not shown (max_log_lines=%d)",
+                role,
+                k,
+                omitted,
+                max_lines,
+            )
+        for line in tail:
+            log.info("[%s/%d] %s", role, k, redact_text(line))
+        seen[key] = total
     return seen

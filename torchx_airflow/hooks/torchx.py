@@ -203,15 +203,14 @@ def _slurm_log_lines(
         status = hook.status(handle)
         return status is None or status.is_terminal()
 
-    path = None
-    while True:
-        workdir = _slurm_workdir(app_id)
-        if workdir and os.path.isfile(os.path.join(workdir, name)):
-            path = os.path.join(workdir, name)
+    workdir = None
+    while True:  # wait for the file; the job's working directory is asked for until Slurm knows it
+        workdir = workdir or _slurm_workdir(app_id)
+        path = os.path.join(workdir, name) if workdir else None
+        if path and os.path.isfile(path):
             break
         if not should_tail or finished():
-            if workdir and os.path.isfile(os.path.join(workdir, name)):
-                path = os.path.join(workdir, name)
+            if path and os.path.isfile(path):  # written just before the job ended
                 break
             return
         time.sleep(poll)

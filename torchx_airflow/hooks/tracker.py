@@ -21,6 +21,7 @@ that write lineage and read results. Importing this module imports neither mlflo
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -40,17 +41,14 @@ FSSPEC_CONN_TYPE = "torchx_fsspec"
 MLFLOW_CONN_TYPE = "mlflow"
 DEFAULT_EXPERIMENT = "torchx"
 ENV_TRACKERS = "TORCHX_TRACKERS"
-ENV_PARENT_RUN_ID = "TORCHX_PARENT_RUN_ID"
 ENV_MLFLOW_URI = "MLFLOW_TRACKING_URI"
 ENV_MLFLOW_USERNAME = "MLFLOW_TRACKING_USERNAME"
 ENV_MLFLOW_PASSWORD = "MLFLOW_TRACKING_PASSWORD"  # noqa: S105 - an env variable name
 MULTI_ENTRY_POINT = "airflow_stores"
-# Entry points of torchx-airflow-tracker: TorchX names each config variable after the entry point,
-# so several stores of one kind need distinct names.
-ENTRY_POINTS = {
-    "fsspec": ("airflow_fsspec", "airflow_fsspec_2", "airflow_fsspec_3", "airflow_fsspec_4"),
-    "mlflow": ("airflow_mlflow", "airflow_mlflow_2", "airflow_mlflow_3", "airflow_mlflow_4"),
-}
+# The torchx-airflow-tracker entry point of a task with one store (it also has _2.._4 aliases,
+# for several stores set by hand; the provider passes several stores as MULTI_ENTRY_POINT).
+ENTRY_POINT = {"fsspec": "airflow_fsspec", "mlflow": "airflow_mlflow"}
+MAX_PER_KIND = 4
 # How a connection's login/password reach fsspec, per protocol.
 _FSSPEC_CREDENTIALS = {
     "s3": ("key", "secret"),
@@ -84,8 +82,6 @@ class TrackerBackend:
     config: dict[str, Any]
     job_env: dict[str, str] = field(default_factory=dict)
     secrets: tuple[str, ...] = ()
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:  # never show the config: it may hold storage secrets
         return f"TrackerBackend(conn_id={self.conn_id!r}, kind={self.kind!r})"
@@ -101,8 +97,8 @@ class TrackerBackend:
         return MlflowStore(
             self.config["tracking_uri"],
             self.config.get("experiment") or DEFAULT_EXPERIMENT,
-            username=self.username,
-            password=self.password,
+            username=self.job_env.get(ENV_MLFLOW_USERNAME),
+            password=self.job_env.get(ENV_MLFLOW_PASSWORD),
         )
 
 
@@ -291,8 +287,6 @@ class MlflowTrackerHook(_TrackerHook):
             {"tracking_uri": uri, "experiment": experiment},
             job_env=job_env,
             secrets=(conn.password,) if conn.password else (),
-            username=conn.login or None,
-            password=conn.password or None,
         )
 
     def test_connection(self) -> tuple[bool, str]:
@@ -366,18 +360,12 @@ class TrackerSet:
 
     def __init__(self, backends: Sequence[TrackerBackend]) -> None:
         self.backends = tuple(backends)
-        counts: dict[str, int] = {}
-        self.entry_points: list[str] = []
-        for backend in self.backends:
-            names = ENTRY_POINTS[backend.kind]
-            n = counts.get(backend.kind, 0)
-            if n >= len(names):
+        for kind, count in Counter(b.kind for b in self.backends).items():
+            if count > MAX_PER_KIND:
                 raise TorchXConnectionError(
-                    f"Too many {backend.kind} tracker connections ({n + 1}): a task can use at most "
-                    f"{len(names)} of each kind. Remove some from 'trackers' / tracker_conn_ids."
+                    f"Too many {kind} tracker connections ({count}): a task can use at most "
+                    f"{MAX_PER_KIND} of each kind. Remove some from 'trackers' / tracker_conn_ids."
                 )
-            counts[backend.kind] = n + 1
-            self.entry_points.append(names[n])
         credentials = {
             (b.job_env.get(ENV_MLFLOW_USERNAME), b.job_env.get(ENV_MLFLOW_PASSWORD))
             for b in self.backends
@@ -426,21 +414,19 @@ class TrackerSet:
             return {}
         from torchx_airflow_tracker.config import encode_config
 
+        config: Any
         if len(self.backends) == 1:
             (backend,) = self.backends
-            names, configs = [self.entry_points[0]], [backend.config]
+            name, config = ENTRY_POINT[backend.kind], backend.config
         else:
             # TORCHX_TRACKERS is comma-separated, and Slurm's `srun --export=ALL,K=V,...` would split
             # it: several stores travel as one entry point whose config lists them all.
-            names = [MULTI_ENTRY_POINT]
-            configs = [[{"kind": b.kind, "config": b.config} for b in self.backends]]
-        env = {ENV_TRACKERS: names[0]}
-        has_secrets = any(b.secrets for b in self.backends)
-        for name, config in zip(names, configs, strict=True):
-            encoded = encode_config(config)
-            if has_secrets and encoded.startswith("base64:"):
-                mask_secret(encoded)  # the secrets are inside, encoded: never show the whole value
-            env[config_env_name(name)] = encoded
+            name = MULTI_ENTRY_POINT
+            config = [{"kind": b.kind, "config": b.config} for b in self.backends]
+        encoded = encode_config(config)
+        if any(b.secrets for b in self.backends) and encoded.startswith("base64:"):
+            mask_secret(encoded)  # the secrets are inside, encoded: never show the whole value
+        env = {ENV_TRACKERS: name, config_env_name(name): encoded}
         for backend in self.backends:
             env.update(backend.job_env)
         mlflow = [b for b in self.backends if b.kind == "mlflow"]

@@ -290,9 +290,19 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
 
     # ResumableJobMixin: submit once, remember the handle, reattach on the next try
 
+    @cached_property
+    def _app(self) -> AppDef:
+        """The app of this execution, built once: submitted, or waited on after a reattach."""
+        return self.build_app()
+
+    def _publish_handle(self, app_handle: str, context: Context) -> None:
+        """XCom ``app_handle``, once per execution (a new try starts with its XComs cleared)."""
+        if self._app_handle != app_handle:
+            self._app_handle = app_handle
+            context["ti"].xcom_push(key=XCOM_APP_HANDLE, value=app_handle)
+
     def submit_job(self, context: Context) -> str:
-        app = self.build_app()
-        info, _ = self.dryrun(app)
+        info, _ = self.dryrun(self._app)
         self.trackers.check()
         self._submitted_here = True
         return self.submit(info, context)
@@ -312,21 +322,20 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         app_handle = str(external_id)
         if not self._submitted_here:
             self.log.info("Reattached to TorchX app %s from an earlier try: not submitting again", app_handle)
-            self._app_handle = app_handle
-            context["ti"].xcom_push(key=XCOM_APP_HANDLE, value=app_handle)
+            self._publish_handle(app_handle, context)
         if not self.wait_for_completion:
             self._status = self.hook.status(app_handle)
         elif self.deferrable:
             self._defer(app_handle, context)
         else:
-            self._status = self.wait(app_handle, self.build_app())
+            self._status = self.wait(app_handle, self._app)
         return self.get_job_result(app_handle, context)
 
     def get_job_result(self, external_id: Any, context: Context) -> dict[str, Any]:
         if self._result is None:
             app_handle = str(external_id)
             status = self._status if self._status is not None else self.hook.status(app_handle)
-            self._result = self.result(app_handle, status, self.build_app(), context)
+            self._result = self.result(app_handle, status, self._app, context)
         return self._result
 
     # waiting
@@ -334,8 +343,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
     def submit(self, info: AppDryRunInfo, context: Context) -> str:
         """Submit the dry-run result; remember and publish the handle at once."""
         app_handle = self.hook.schedule(info)
-        self._app_handle = app_handle
-        context["ti"].xcom_push(key=XCOM_APP_HANDLE, value=app_handle)
+        self._publish_handle(app_handle, context)
         self.log.info("Submitted TorchX app %s", app_handle)
         self.record_lineage(app_handle, context)
         return app_handle
@@ -396,7 +404,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
 
         result = dict(summary)
         ti = context["ti"]
-        ti.xcom_push(key=XCOM_APP_HANDLE, value=app_handle)
+        self._publish_handle(app_handle, context)
         if result.get("ui_url"):
             ti.xcom_push(key=XCOM_UI_URL, value=result["ui_url"])
         self.log.info("TorchX app %s is %s %s", app_handle, result["state"], result["msg"])
@@ -438,32 +446,17 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
         """Resume after the trigger's event: show the app's logs, then succeed or fail with its state."""
-        from torchx_airflow.exceptions import TorchXError
+        from torchx_airflow.triggers.torchx import read_event
 
-        if not isinstance(event, dict) or "status" not in event or "app_handle" not in event:
-            raise TorchXError(f"Unexpected event from TorchXAppTrigger: {event!r}")
-        app_handle = str(event["app_handle"])
-        self._app_handle = app_handle
         try:
-            kind = event["status"]
-            if kind == "not_found":
-                raise TorchXAppNotFoundError(app_handle)
-            if kind == "timeout":
-                self._print_logs(app_handle, event)
-                raise TorchXAppFailedError(
-                    app_handle, event.get("state", "CANCELLED"), event.get("message", ""), "", {}
-                )
-            if kind != "terminal":
-                raise TorchXError(
-                    f"Waiting for TorchX app {app_handle} failed: {event.get('message', event)}"
-                )
+            kind, app_handle, status = read_event(event)
+            self._app_handle = app_handle
             self._print_logs(app_handle, event)
-            return self._finish(
-                app_handle,
-                {k: v for k, v in event.items() if k not in ("status", "log_cursor")},
-                True,
-                context,
-            )
+            if kind == "timeout":
+                raise TorchXAppFailedError(
+                    app_handle, status.get("state", "CANCELLED"), status.get("message", ""), "", {}
+                )
+            return self._finish(app_handle, status, True, context)
         finally:
             self.hook.close()
 
@@ -475,7 +468,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         print_app_logs(
             self.hook,
             app_handle,
-            role_replicas(self.build_app()),
+            role_replicas(self._app),
             self.log,
             cursor=event.get("log_cursor") or {},
             max_lines=self.max_log_lines,

@@ -15,7 +15,6 @@ from torchx_airflow.exceptions import (
     TorchXAppNotFoundError,
     TorchXAppTerminalError,
     TorchXConfigError,
-    TorchXError,
 )
 from torchx_airflow.hooks.torchx import TorchXHook
 
@@ -92,16 +91,11 @@ class TorchXAppSensor(BaseSensorOperator):
         """Resume after the trigger's event: succeed on SUCCEEDED, fail (or skip with soft_fail) otherwise."""
         from airflow.sdk.exceptions import AirflowSensorTimeout
 
-        if not isinstance(event, dict) or "status" not in event:
-            raise TorchXError(f"Unexpected event from TorchXAppTrigger: {event!r}")
-        app_handle = str(event.get("app_handle", self.app_handle))
-        if event["status"] == "not_found":
-            raise TorchXAppNotFoundError(app_handle)
-        if event["status"] == "timeout":
+        from torchx_airflow.triggers.torchx import read_event
+
+        kind, app_handle, result = read_event(event)
+        if kind == "timeout":
             raise AirflowSensorTimeout(f"TorchX app {app_handle} was not done before the sensor's timeout.")
-        if event["status"] != "terminal":
-            raise TorchXError(f"Waiting for TorchX app {app_handle} failed: {event.get('message', event)}")
-        result = {k: v for k, v in event.items() if k not in ("status", "log_cursor")}
         if result["state"] != SUCCEEDED:
             raise TorchXAppTerminalError(
                 app_handle, result["state"], result["msg"], result["structured_error_msg"], result["roles"]

@@ -26,6 +26,25 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from torchx_airflow.apps import summarize_status
 
 _MAX_CONSECUTIVE_ERRORS = 5
+_BOOKKEEPING = ("status", "log_cursor")
+
+
+def read_event(event: Any) -> tuple[str, str, dict[str, Any]]:
+    """``(kind, app_handle, status)`` of a ``TorchXAppTrigger`` event, for the task that resumes.
+
+    ``kind`` is ``terminal`` or ``timeout``; ``status`` is the event without its bookkeeping keys.
+    A malformed event or a failed wait raises ``TorchXError``, an unknown app ``TorchXAppNotFoundError``.
+    """
+    from torchx_airflow.exceptions import TorchXAppNotFoundError, TorchXError
+
+    if not isinstance(event, dict) or "status" not in event or "app_handle" not in event:
+        raise TorchXError(f"Unexpected event from TorchXAppTrigger: {event!r}")
+    kind, app_handle = event["status"], str(event["app_handle"])
+    if kind == "not_found":
+        raise TorchXAppNotFoundError(app_handle)
+    if kind not in ("terminal", "timeout"):
+        raise TorchXError(f"Waiting for TorchX app {app_handle} failed: {event.get('message', event)}")
+    return kind, app_handle, {k: v for k, v in event.items() if k not in _BOOKKEEPING}
 
 
 class TorchXAppTrigger(BaseTrigger):
