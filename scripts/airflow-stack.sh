@@ -16,6 +16,7 @@
 # AIRFLOW_ADMIN_PASSWORD (the UI/API login "admin"; default: generated once and kept in the home).
 # Pid files and service logs live in $AIRFLOW_HOME/stack/.
 set -euo pipefail
+SCRIPTS="$(cd "$(dirname "$0")" && pwd)"
 : "${AIRFLOW_HOME:?set AIRFLOW_HOME}"
 mkdir -p "$AIRFLOW_HOME"
 HOME_DIR="$(cd "$AIRFLOW_HOME" && pwd)"
@@ -25,6 +26,9 @@ LOG_PORT="${AIRFLOW_LOG_PORT:-8793}"
 SERVICES=(api-server scheduler dag-processor triggerer)
 [ -n "${MLFLOW_PORT:-}" ] && SERVICES+=(mlflow)
 mkdir -p "$STACK"
+# Services (and the tasks they run) work in the home, never in the checkout: a Slurm job writes its
+# output files into the directory it was submitted from.
+cd "$HOME_DIR"
 
 secret() {  # a value generated once per home
   local file="$STACK/$1"
@@ -97,7 +101,7 @@ PY
 case "${1:-}" in
   up)
     if [ -n "${MLFLOW_PORT:-}" ]; then export MLFLOW_TRACKING_URI="http://127.0.0.1:$MLFLOW_PORT"; fi
-    bash "$(dirname "$0")/airflow-home.sh"
+    bash "$SCRIPTS/airflow-home.sh"
     if [ -n "${MLFLOW_PORT:-}" ] && [ "$(airflow connections get mlflow_default -o json 2>/dev/null \
          | python -c 'import json,sys; print(json.load(sys.stdin)[0]["host"])')" != "$MLFLOW_TRACKING_URI" ]; then
       airflow connections delete mlflow_default > /dev/null 2>&1 || true

@@ -105,7 +105,7 @@ def run_dag(airflow_db: Path):
         run_env = {**os.environ, **(env or {})}
         if dags_folder is not None:
             run_env["AIRFLOW__CORE__DAGS_FOLDER"] = str(dags_folder)
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=run_env)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=_HOME, env=run_env)
         return collect_run(airflow_db, dag_id, proc.returncode, proc.stdout + proc.stderr)
 
     return _run

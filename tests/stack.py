@@ -65,7 +65,7 @@ class AirflowStack:
             capture_output=True,
             text=True,
             timeout=timeout,
-            cwd=REPO,
+            cwd=self.home,
         )
         if proc.returncode != 0:
             raise RuntimeError(f"airflow-stack.sh {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")

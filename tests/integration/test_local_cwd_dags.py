@@ -114,7 +114,7 @@ def test_killing_the_task_cancels_the_job(airflow_db, tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        cwd=REPO,
+        cwd=tmp_path,
     )
     try:
         assert _wait_for(pid_file.exists, 120), "the job never started"
