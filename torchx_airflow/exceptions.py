@@ -87,3 +87,19 @@ class TorchXAppFailedError(TorchXError):
 
 class TorchXAppTerminalError(TorchXAppFailedError, AirflowFailException):
     """The app ended other than SUCCEEDED where a retry cannot change that (a sensor's wait)."""
+
+
+class TorchXAppLostError(TorchXError):
+    """The scheduler stopped knowing an app while the task waited on it.
+
+    Retryable on purpose: the next try reads the saved handle, reattaches if the scheduler knows the
+    app again, and submits anew only if it is gone for good.
+    """
+
+    def __init__(self, app_handle: str) -> None:
+        super().__init__(
+            f"TorchX app {app_handle!r} was known to its scheduler and is not any more (purged from its "
+            "history, or the scheduler lost its state). The task's next try reattaches to it if the "
+            "scheduler knows it again, and submits it anew otherwise."
+        )
+        self.app_handle = app_handle
