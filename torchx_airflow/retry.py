@@ -64,3 +64,36 @@ def async_status_retrying(
 ) -> AsyncRetrying:
     """The same policy for the triggerer: ``await async_status_retrying(...)(coroutine_fn, ...)``."""
     return AsyncRetrying(**_policy(what, max_wait, attempts))
+
+
+def call_within(seconds: float, what: str, fn: Any, *args: Any, reraise: bool = False) -> tuple[bool, Any]:
+    """Run ``fn(*args)`` for at most ``seconds``: ``(True, result)``, or ``(False, None)`` with a warning.
+
+    For work that must not hold a task hostage after its app was submitted (tracker writes to an
+    MLflow server that hangs): the call goes on in a daemon thread that is left behind when the
+    budget runs out, so a process exit never waits for it. An error from ``fn`` is a warning too,
+    or raised in the calling thread with ``reraise=True``.
+    """
+    import threading
+
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["result"] = fn(*args)
+        except BaseException as e:  # reported below, in the calling thread
+            outcome["error"] = e
+
+    thread = threading.Thread(target=target, name=f"torchx-within-{what[:40]}", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        log.warning("%s did not finish within %.0f s: going on without it", what, seconds)
+        return False, None
+    if "error" in outcome:
+        error = outcome["error"]
+        if reraise:
+            raise error
+        log.warning("%s failed: %s: %s", what, type(error).__name__, error)
+        return False, None
+    return True, outcome.get("result")

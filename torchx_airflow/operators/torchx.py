@@ -7,7 +7,9 @@ Importing this module imports no TorchX scheduler, MLflow, s3fs or docker module
 
 from __future__ import annotations
 
+import ast
 import copy
+import json
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -27,9 +29,11 @@ from torchx_airflow.apps import (
 )
 from torchx_airflow.exceptions import (
     TorchXAppFailedError,
+    TorchXAppLostError,
     TorchXAppNotFoundError,
     TorchXComponentError,
     TorchXConfigError,
+    TorchXError,
 )
 from torchx_airflow.hooks.torchx import TorchXHook
 from torchx_airflow.links.torchx import XCOM_TRACKER_URL, XCOM_UI_URL, TorchXAppLink, TorchXTrackerLink
@@ -48,6 +52,32 @@ _NOT_NAME = re.compile(r"[^a-z0-9-]+")
 def app_name_for(task_id: str) -> str:
     """A TorchX app name from a task id that every scheduler accepts: ``Train.Step_1`` -> ``train-step-1``."""
     return _NOT_NAME.sub("-", task_id.lower()).strip("-")[:40].rstrip("-") or "app"
+
+
+def mapping_param(task_id: str, name: str, value: Any) -> dict[str, Any]:
+    """A mapping parameter after rendering: a dict, or the JSON / Python-literal text a template gave.
+
+    ``cfg="{{ params.cfg }}"`` renders to the text of a dict unless the DAG renders native objects;
+    both work. Anything else is refused, naming the parameter, the value and the fix.
+    """
+    if value is None or value == "":
+        return {}
+    given = value
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            try:
+                value = ast.literal_eval(value)
+            except (ValueError, SyntaxError):
+                pass
+    if not isinstance(value, Mapping):
+        raise TorchXConfigError(
+            f"Task {task_id!r}: {name!r} must be a mapping (a dict, or a template rendering to the JSON "
+            f'of one), got {given!r}. Write it as e.g. {name}={{"key": "value"}}, or template it from a '
+            f'param holding an object: {name}="{{{{ params.{name} }}}}".'
+        )
+    return dict(value)
 
 
 _IN_PROCESS_SCHEDULERS = ("local_cwd", "local_docker")
@@ -122,8 +152,9 @@ class TorchXDryRunOperator(BaseOperator):
         self.component_args = component_args
         self.app = app
         self.scheduler = scheduler
-        self.cfg = dict(cfg or {})
-        self.env = dict(env or {})
+        # template fields are kept as given: they are rendered first, normalised in execute()
+        self.cfg = cfg
+        self.env = env
         self.torchx_conn_id = torchx_conn_id
         self.tracker_conn_ids = tracker_conn_ids
         self.app_name = app_name
@@ -131,7 +162,8 @@ class TorchXDryRunOperator(BaseOperator):
     @cached_property
     def hook(self) -> TorchXHook:
         """The hook for this task's connection, with the task's scheduler and cfg overrides."""
-        return TorchXHook(self.torchx_conn_id, scheduler=self.scheduler or None, cfg=self.cfg)
+        cfg = mapping_param(self.task_id, "cfg", self.cfg)
+        return TorchXHook(self.torchx_conn_id, scheduler=self.scheduler or None, cfg=cfg)
 
     @cached_property
     def trackers(self) -> TrackerSet:
@@ -159,7 +191,7 @@ class TorchXDryRunOperator(BaseOperator):
 
     def build_app(self) -> AppDef:
         """The ``AppDef`` to run: the component or a copy of ``app``, plus ``env`` and the tracker env."""
-        env = {str(k): str(v) for k, v in self.env.items()}
+        env = {str(k): str(v) for k, v in mapping_param(self.task_id, "env", self.env).items()}
         tracker_env = self.trackers.job_env()
         clash = sorted(k for k in env if k.startswith("TORCHX_TRACKER") and tracker_env)
         if clash:
@@ -181,8 +213,10 @@ class TorchXDryRunOperator(BaseOperator):
 
     def dryrun(self, app: AppDef) -> tuple[AppDryRunInfo, dict[str, Any]]:
         """Dry-run ``app`` through the hook; log the request and return it with its summary."""
-        info = self.hook.dryrun(app)
-        summary = summarize_dryrun(info, app, self.hook.scheduler, info._cfg)
+        scheduler = self.hook.scheduler
+        cfg = self.hook.resolve_cfg(scheduler, self.hook.cfg)
+        info = self.hook.dryrun(app, scheduler, cfg)
+        summary = summarize_dryrun(info, app, scheduler, cfg)
         summary["trackers"] = self.trackers.conn_ids
         self.log.info(
             "TorchX dry run of app %s on scheduler %s:\n%s",
@@ -228,6 +262,10 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         (as they arrive when waiting in the worker; when the task resumes after a deferred wait).
     :param max_log_lines: after a deferred wait, at most this many last lines per replica and stream.
     :param durable: keep the handle in ``task_state_store`` so a retry reattaches (default True).
+    :param tracker_timeout: seconds the task gives its trackers at each step: opening them before
+        submission (past it the task fails, nothing submitted), recording lineage and metadata after
+        submission, reading results at the end (past it, a warning: the app is never lost or
+        duplicated because a tracker hangs).
 
     Other parameters are those of :class:`TorchXDryRunOperator`.
     """
@@ -243,9 +281,14 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         poll_interval: float = 5.0,
         stream_logs: bool = True,
         max_log_lines: int = 1000,
+        tracker_timeout: float = 60.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if tracker_timeout <= 0:
+            raise TorchXConfigError(
+                f"tracker_timeout must be a positive number of seconds, got {tracker_timeout!r}."
+            )
         if poll_interval <= 0:
             raise TorchXConfigError(
                 f"poll_interval must be a positive number of seconds, got {poll_interval!r}."
@@ -257,10 +300,12 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         self.poll_interval = poll_interval
         self.stream_logs = stream_logs
         self.max_log_lines = max_log_lines
+        self.tracker_timeout = tracker_timeout
         self._app_handle: str | None = None
         self._status: AppStatus | None = None
         self._result: dict[str, Any] | None = None
         self._submitted_here = False
+        self._tracker_url: str | None = None
 
     def execute(self, context: Context) -> dict[str, Any]:
         self._check_waitable()
@@ -303,12 +348,36 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
 
     def submit_job(self, context: Context) -> str:
         info, _ = self.dryrun(self._app)
-        self.trackers.check()
+        self._check_trackers()
+        app_handle = self.hook.schedule(info)
         self._submitted_here = True
-        return self.submit(info, context)
+        # Before anything else can fail: a retry must find this handle and reattach, never resubmit.
+        self._persist_handle(app_handle, context)
+        self.log.info("Submitted TorchX app %s", app_handle)
+        self._publish_handle(app_handle, context)
+        return app_handle
+
+    def _persist_handle(self, app_handle: str, context: Context) -> None:
+        store = context.get("task_state_store") if self.durable else None
+        if store is not None:
+            store.set(self.external_id_key, app_handle)
+
+    def _check_trackers(self) -> None:
+        """Open every tracker within ``tracker_timeout`` before submitting; else submit nothing."""
+        from torchx_airflow.retry import call_within
+
+        if not self.trackers:
+            return
+        done, _ = call_within(self.tracker_timeout, "Opening the trackers", self.trackers.check, reraise=True)
+        if not done:
+            raise TorchXError(
+                f"Task {self.task_id!r}: the trackers {self.trackers.conn_ids} did not answer within "
+                f"tracker_timeout={self.tracker_timeout!r} s. Nothing was submitted; the task's next try "
+                "tries again. Check that the tracker servers answer, or raise tracker_timeout."
+            )
 
     def get_job_status(self, external_id: Any, context: Context) -> str:
-        status = self.hook.status(str(external_id))
+        status = self._poll_status(str(external_id))
         self._status = status
         return status.state.name if status is not None else "NOT_FOUND"
 
@@ -323,8 +392,11 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         if not self._submitted_here:
             self.log.info("Reattached to TorchX app %s from an earlier try: not submitting again", app_handle)
             self._publish_handle(app_handle, context)
+        # On a reattach too: an earlier try may have died before its lineage was written (edges are
+        # idempotent in the stores).
+        self.record_lineage(app_handle, context)
         if not self.wait_for_completion:
-            self._status = self.hook.status(app_handle)
+            self._status = self._poll_status(app_handle)
         elif self.deferrable:
             self._defer(app_handle, context)
         else:
@@ -334,41 +406,64 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
     def get_job_result(self, external_id: Any, context: Context) -> dict[str, Any]:
         if self._result is None:
             app_handle = str(external_id)
-            status = self._status if self._status is not None else self.hook.status(app_handle)
+            status = self._status if self._status is not None else self._poll_status(app_handle)
             self._result = self.result(app_handle, status, self._app, context)
         return self._result
 
     # waiting
 
-    def submit(self, info: AppDryRunInfo, context: Context) -> str:
-        """Submit the dry-run result; remember and publish the handle at once."""
-        app_handle = self.hook.schedule(info)
-        self._publish_handle(app_handle, context)
-        self.log.info("Submitted TorchX app %s", app_handle)
-        self.record_lineage(app_handle, context)
-        return app_handle
+    def _poll_status(self, app_handle: str) -> AppStatus | None:
+        """The app's status, retried with the provider's one status policy (``torchx_airflow.retry``)."""
+        from torchx_airflow.retry import status_retrying
+
+        retrying = status_retrying(f"Status of {app_handle}", max_wait=self.poll_interval)
+        return retrying(self.hook.status, app_handle)
 
     def record_lineage(self, app_handle: str, context: Context) -> None:
-        """Record the app's parents and Airflow metadata in every tracker; link its MLflow run."""
+        """Record the app's parents and Airflow metadata in every tracker, within ``tracker_timeout``.
+
+        The app is already running: a tracker that fails or hangs here is a warning, never a failed
+        task (lineage can be added later with ``add_source``).
+        """
         if not self.trackers:
             return
-        from torchx_airflow.lineage import airflow_metadata, parent_runs, record_run
+        from torchx_airflow.lineage import parent_runs
+        from torchx_airflow.retry import call_within
 
-        parents = parent_runs(context)
-        record_run(self.trackers.stores, app_handle, parents, airflow_metadata(context))
+        try:  # asks Airflow for upstream states and XComs: an API error must not fail a running app's task
+            parents = parent_runs(context)
+        except Exception as e:
+            self.log.warning(
+                "No lineage for %s: reading its parents failed: %s: %s", app_handle, type(e).__name__, e
+            )
+            return
+        done, _ = call_within(
+            self.tracker_timeout,
+            f"Recording lineage of {app_handle}",
+            self._record_run,
+            app_handle,
+            parents,
+            context,
+        )
+        if not done:
+            return
         self.log.info(
             "Tracked %s in %s with parents %s",
             app_handle,
             ", ".join(self.trackers.conn_ids),
             parents or "(none)",
         )
+        if self._tracker_url is not None:
+            context["ti"].xcom_push(key=XCOM_TRACKER_URL, value=self._tracker_url)
+
+    def _record_run(self, app_handle: str, parents: list[str], context: Context) -> None:
+        from torchx_airflow.lineage import airflow_metadata, record_run
+
+        record_run(self.trackers.stores, app_handle, parents, airflow_metadata(context))
         try:
-            url = self.trackers.run_url(app_handle)
+            self._tracker_url = self.trackers.run_url(app_handle)
         except Exception as e:
             self.log.warning("No MLflow link for %s: %s: %s", app_handle, type(e).__name__, e)
-            url = None
-        if url:
-            context["ti"].xcom_push(key=XCOM_TRACKER_URL, value=url)
 
     def wait(self, app_handle: str, app: AppDef) -> AppStatus:
         """Poll until the app is terminal, streaming its logs meanwhile."""
@@ -378,9 +473,9 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         if self.stream_logs:
             streamer.start()
         while True:
-            status = self.hook.status(app_handle)
+            status = self._poll_status(app_handle)
             if status is None:
-                raise TorchXAppNotFoundError(app_handle)
+                raise TorchXAppLostError(app_handle)
             if status.is_terminal():
                 break
             streamer.drain(timeout=self.poll_interval)
@@ -412,10 +507,17 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
             raise TorchXAppFailedError(
                 app_handle, result["state"], result["msg"], result["structured_error_msg"], result["roles"]
             )
+        result.update({"metadata": {}, "artifacts": {}, "sources": []})
         if self.trackers:
-            result.update(run_results(self.trackers.stores[0], app_handle))
-        else:
-            result.update({"metadata": {}, "artifacts": {}, "sources": []})
+            from torchx_airflow.retry import call_within
+
+            done, results = call_within(
+                self.tracker_timeout,
+                f"Reading the results of {app_handle}",
+                lambda: run_results(self.trackers.stores[0], app_handle),
+            )
+            if done:
+                result.update(results)
         ti.xcom_push(key=XCOM_RUN_ID, value=app_handle)
         return result
 
@@ -449,7 +551,10 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         from torchx_airflow.triggers.torchx import read_event
 
         try:
-            kind, app_handle, status = read_event(event)
+            try:
+                kind, app_handle, status = read_event(event)
+            except TorchXAppNotFoundError as e:  # known when deferred: retryable, the next try reattaches
+                raise TorchXAppLostError(e.app_handle) from e
             self._app_handle = app_handle
             self._print_logs(app_handle, event)
             if kind == "timeout":

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.configuration import conf
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from torchx_airflow.apps import SUCCEEDED, check_app_handle, scheduler_of, summarize_status
 from torchx_airflow.exceptions import (
@@ -38,8 +39,13 @@ class TorchXAppSensor(BaseSensorOperator):
     waited on from a sensor; the sensor fails at once for them with a message saying so.
 
     With ``deferrable=True`` (default: ``[operators] default_deferrable``) the wait happens in the
-    triggerer (``TorchXAppTrigger``), holding no worker slot; ``timeout`` becomes its deadline. The
-    sensor did not launch the app, so killing it or its timeout never cancels the app.
+    triggerer (``TorchXAppTrigger``), holding no worker slot; ``timeout`` becomes its deadline.
+
+    The sensor only watches: it did not launch the app, so neither killing it nor its ``timeout``
+    ever cancels or changes the app. In every mode (poke, reschedule, deferrable) the timeout fails
+    the sensor with ``AirflowSensorTimeout``, an app that ended other than SUCCEEDED fails it with
+    ``TorchXAppTerminalError``, and ``soft_fail=True`` turns both into a skip. A status query that
+    fails is retried with the provider's status policy (``torchx_airflow.retry``).
 
     :param app_handle: ``scheduler://session/app_id`` (templated).
     :param torchx_conn_id: the ``torchx`` connection (used for scheduler-side settings).
@@ -73,7 +79,12 @@ class TorchXAppSensor(BaseSensorOperator):
                 f"deferrable=True cannot wait on {app_handle}: local apps are only visible from the process "
                 "that launched them. Wait in the launching TorchXOperator (wait_for_completion=True)."
             )
-        result = self.poke(context)  # done already, or a bad handle: no need to defer
+        try:
+            result = self.poke(context)  # done already, or a bad handle: no need to defer
+        except AirflowFailException as e:  # as BaseSensorOperator.execute treats it in poke mode
+            if self.soft_fail:
+                raise AirflowSkipException("Skipping due to soft_fail is set to True.") from e
+            raise
         if result.is_done:
             return result.xcom_value
         self.defer(
@@ -109,8 +120,11 @@ class TorchXAppSensor(BaseSensorOperator):
 
     def poke(self, context: Context) -> PokeReturnValue:
         app_handle = check_app_handle(self.app_handle)
+        from torchx_airflow.retry import status_retrying
+
+        retrying = status_retrying(f"Status of {app_handle}", max_wait=self.poke_interval)
         try:
-            status = self.hook.status(app_handle)
+            status = retrying(self.hook.status, app_handle)
         finally:
             self.hook.close()
         if status is None:

@@ -6,12 +6,15 @@ a Kubernetes API call) never blocks the triggerer's event loop. The trigger yiel
     {"status": "terminal", "app_handle", "state", "msg", "structured_error_msg", "num_restarts",
      "ui_url", "roles": {role: [replica states]}, "log_cursor"}
     {"status": "not_found", "app_handle", "message"}          the scheduler does not know the app
-    {"status": "timeout", "app_handle", "state", "message"}    the deadline passed; the app was cancelled
-    {"status": "error", "app_handle", "message"}               a TorchX call failed repeatedly
+    {"status": "timeout", "app_handle", "state", "message"}    the deadline passed (the app was
+                                                               cancelled only with cancel_on_kill)
+    {"status": "error", "app_handle", "message"}               status kept failing (retry policy)
 
 Killing the task (marking it failed or cleared) calls ``on_kill``, which cancels the app after
 checking it is not already terminal. A triggerer restart or reassignment does not call ``on_kill``
 and never cancels anything: the next triggerer picks the trigger up from its serialized form.
+A trigger with ``cancel_on_kill=False`` (a sensor's: it watches an app it did not launch) never
+cancels anything, neither when the task is killed nor when its deadline passes.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from torchx_airflow.apps import summarize_status
+from torchx_airflow.retry import async_status_retrying
 
-_MAX_CONSECUTIVE_ERRORS = 5
 _BOOKKEEPING = ("status", "log_cursor")
 
 
@@ -53,10 +56,11 @@ class TorchXAppTrigger(BaseTrigger):
     :param app_handle: ``scheduler://session/app_id``.
     :param torchx_conn_id: the ``torchx`` connection the app was launched with.
     :param poll_interval: seconds between status checks.
-    :param deadline: epoch seconds; when it passes the app is cancelled and a ``timeout`` event sent.
+    :param deadline: epoch seconds; when it passes a ``timeout`` event is sent (and the app is
+        cancelled if ``cancel_on_kill``).
     :param log_cursor: per replica (``"role/k"``), the log lines the task has already shown.
-    :param cancel_on_kill: cancel the app when the task is killed (off for sensors, which watch
-        apps they did not launch).
+    :param cancel_on_kill: cancel the app when the task is killed or its deadline passes (off for
+        sensors, which watch apps they did not launch).
     """
 
     def __init__(
@@ -96,29 +100,17 @@ class TorchXAppTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = self._hook()
-        errors = 0
         try:
             while True:
                 if self.deadline is not None and time.time() >= self.deadline:
-                    yield TriggerEvent(await self._cancel_for_deadline(hook))
+                    yield TriggerEvent(await self._deadline_event(hook))
                     return
                 try:
-                    status = await asyncio.to_thread(hook.status, self.app_handle)
-                    errors = 0
+                    status = await self._status(hook)
                 except Exception as e:
-                    errors += 1
-                    self.log.warning("Status of %s failed (%d in a row): %s", self.app_handle, errors, e)
-                    if errors >= _MAX_CONSECUTIVE_ERRORS:
-                        yield TriggerEvent(
-                            {
-                                "status": "error",
-                                "app_handle": self.app_handle,
-                                "message": f"{type(e).__name__}: {e}",
-                            }
-                        )
-                        return
-                    await asyncio.sleep(self.poll_interval)
-                    continue
+                    message = f"{type(e).__name__}: {e}"
+                    yield TriggerEvent({"status": "error", "app_handle": self.app_handle, "message": message})
+                    return
                 if status is None:
                     yield TriggerEvent(
                         {
@@ -137,20 +129,34 @@ class TorchXAppTrigger(BaseTrigger):
         finally:
             await asyncio.to_thread(hook.close)
 
+    async def _status(self, hook: Any) -> Any:
+        """The app's status off the event loop, retried with the shared status policy."""
+        retrying = async_status_retrying(f"Status of {self.app_handle}", max_wait=self.poll_interval)
+        return await retrying(asyncio.to_thread, hook.status, self.app_handle)
+
     def _sleep_seconds(self) -> float:
         if self.deadline is None:
             return self.poll_interval
         return max(0.0, min(self.poll_interval, self.deadline - time.time()))
 
-    async def _cancel_for_deadline(self, hook: Any) -> dict[str, Any]:
-        self.log.info("Deadline passed: cancelling TorchX app %s", self.app_handle)
-        await asyncio.to_thread(hook.cancel, self.app_handle)
-        status = await asyncio.to_thread(hook.status, self.app_handle)
+    async def _deadline_event(self, hook: Any) -> dict[str, Any]:
+        if self.cancel_on_kill:
+            self.log.info("Deadline passed: cancelling TorchX app %s", self.app_handle)
+            await asyncio.to_thread(hook.cancel, self.app_handle)
+            message = "The task's execution_timeout passed: the app was cancelled."
+        else:
+            self.log.info("Deadline passed: TorchX app %s is left as it is", self.app_handle)
+            message = "The deadline passed before the app was done; the app was left running."
+        try:
+            status = await self._status(hook)
+        except Exception as e:  # the deadline decides the outcome; the state is only informative
+            self.log.warning("Status of %s after the deadline failed: %s", self.app_handle, e)
+            status = None
         return {
             "status": "timeout",
             "app_handle": self.app_handle,
             "state": status.state.name if status is not None else "UNKNOWN",
-            "message": "The task's execution_timeout passed: the app was cancelled.",
+            "message": message,
         }
 
     async def on_kill(self) -> None:

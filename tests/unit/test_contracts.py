@@ -1,0 +1,360 @@
+"""The provider's contracts, pinned the way Airflow's own providers pin theirs: the trigger's exact
+serialized form, the deferral hand-off, ``execute_complete`` fed literal events of every kind,
+template fields kept verbatim until rendering, and the one status retry policy.
+
+The scheduler is replaced here by ``FakeSchedulerHook`` (a fake, named as such): these tests pin what
+the operator and sensor do with the answers. The same paths run against the real Slurm cluster in
+tests/slurm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import time
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import (
+    AirflowFailException,
+    AirflowSensorTimeout,
+    AirflowSkipException,
+    TaskDeferred,
+)
+from torchx.specs import AppState, AppStatus
+
+from torchx_airflow.exceptions import (
+    TorchXAppFailedError,
+    TorchXAppLostError,
+    TorchXAppNotFoundError,
+    TorchXAppTerminalError,
+    TorchXConfigError,
+    TorchXError,
+)
+from torchx_airflow.operators.torchx import TorchXDryRunOperator, TorchXOperator, mapping_param
+from torchx_airflow.sensors.torchx import TorchXAppSensor
+from torchx_airflow.triggers.torchx import TorchXAppTrigger
+
+HANDLE = "slurm://torchx/4242"
+TRIGGER_PATH = "torchx_airflow.triggers.torchx.TorchXAppTrigger"
+
+
+class FakeSchedulerHook:
+    """Fake scheduler: answers ``status`` from a script (an exception in it is raised once)."""
+
+    scheduler = "slurm"
+    cfg: dict[str, Any] = {}
+
+    def __init__(self, answers: list[Any]) -> None:
+        self.answers = list(answers)
+        self.calls = 0
+        self.cancelled: list[str] = []
+
+    def status(self, handle: str) -> AppStatus | None:
+        self.calls += 1
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return None if answer is None else AppStatus(state=answer, msg=answer.name)
+
+    def cancel(self, handle: str) -> None:
+        self.cancelled.append(handle)
+
+    def schedule(self, info: Any) -> str:
+        return HANDLE
+
+    def resolve_cfg(self, scheduler: str, cfg: dict) -> dict:
+        return {}
+
+    def dryrun(self, app: Any, scheduler: Any = None, cfg: Any = None) -> str:
+        return "sbatch --parsable torchx-sbatch.sh"
+
+    def log_streams(self, handle: str) -> tuple:
+        return ()
+
+    def close(self) -> None:
+        pass
+
+
+class TaskStateStore:
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+
+    def get(self, key: str) -> Any:
+        return self.values.get(key)
+
+    def set(self, key: str, value: Any) -> None:
+        self.values[key] = value
+
+
+class TI:
+    stats_tags: dict[str, str] = {}
+    start_date = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+
+    def __init__(self) -> None:
+        self.pushed: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
+
+
+def _context(store: TaskStateStore | None = None) -> dict[str, Any]:
+    return {"ti": TI(), "task_state_store": store if store is not None else TaskStateStore()}
+
+
+def _operator(hook: FakeSchedulerHook, **kwargs: Any) -> TorchXOperator:
+    kwargs.setdefault("tracker_conn_ids", [])
+    op = TorchXOperator(
+        task_id="train", component="utils.echo", poll_interval=0.01, stream_logs=False, **kwargs
+    )
+    op.__dict__["hook"] = hook
+    return op
+
+
+def test_trigger_serializes_to_its_class_path_and_exact_primitive_kwargs():
+    trigger = TorchXAppTrigger(
+        app_handle=HANDLE,
+        torchx_conn_id="torchx_slurm",
+        poll_interval=3,
+        deadline=1700000000.5,
+        log_cursor={"trainer/0/stdout": 7},
+        cancel_on_kill=False,
+    )
+    assert trigger.serialize() == (
+        TRIGGER_PATH,
+        {
+            "app_handle": HANDLE,
+            "torchx_conn_id": "torchx_slurm",
+            "poll_interval": 3.0,
+            "deadline": 1700000000.5,
+            "log_cursor": {"trainer/0/stdout": 7},
+            "cancel_on_kill": False,
+        },
+    )
+
+
+def test_deferrable_execute_submits_persists_the_handle_then_defers_to_the_trigger():
+    hook = FakeSchedulerHook([AppState.RUNNING])
+    op = _operator(hook, deferrable=True, execution_timeout=datetime.timedelta(minutes=10))
+    store = TaskStateStore()
+    context = _context(store)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context)
+    assert deferred.value.method_name == "execute_complete"
+    assert deferred.value.trigger.serialize() == (
+        TRIGGER_PATH,
+        {
+            "app_handle": HANDLE,
+            "torchx_conn_id": "torchx_default",
+            "poll_interval": 0.01,
+            "deadline": TI.start_date.timestamp() + 600,
+            "log_cursor": {},
+            "cancel_on_kill": True,
+        },
+    )
+    assert store.values == {"torchx_app_handle": HANDLE}
+    assert context["ti"].pushed["app_handle"] == HANDLE
+
+
+def test_a_retry_with_a_running_app_reattaches_and_defers_without_submitting():
+    hook = FakeSchedulerHook([AppState.RUNNING])
+    hook.schedule = None  # type: ignore[assignment]  # any submission would fail the test
+    store = TaskStateStore()
+    store.set("torchx_app_handle", HANDLE)
+    with pytest.raises(TaskDeferred):
+        _operator(hook, deferrable=True).execute(_context(store))
+
+
+def _terminal(state: str) -> dict[str, Any]:
+    return {
+        "status": "terminal",
+        "app_handle": HANDLE,
+        "state": state,
+        "msg": state,
+        "structured_error_msg": "",
+        "num_restarts": 0,
+        "ui_url": None,
+        "roles": {"echo": [state]},
+        "log_cursor": {},
+    }
+
+
+def test_execute_complete_returns_the_result_of_a_succeeded_app():
+    context = _context()
+    result = _operator(FakeSchedulerHook([None])).execute_complete(context, _terminal("SUCCEEDED"))
+    assert result["state"] == "SUCCEEDED" and result["app_handle"] == HANDLE
+    assert result["roles"] == {"echo": ["SUCCEEDED"]}
+    assert (result["metadata"], result["artifacts"], result["sources"]) == ({}, {}, [])
+    assert context["ti"].pushed["torchx_run_id"] == HANDLE
+
+
+@pytest.mark.parametrize(
+    ("event", "error", "retryable"),
+    [
+        (_terminal("FAILED"), TorchXAppFailedError, True),
+        (_terminal("CANCELLED"), TorchXAppFailedError, True),
+        (
+            {"status": "timeout", "app_handle": HANDLE, "state": "CANCELLED", "message": "deadline"},
+            TorchXAppFailedError,
+            True,
+        ),
+        ({"status": "not_found", "app_handle": HANDLE, "message": "unknown"}, TorchXAppLostError, True),
+        ({"status": "error", "app_handle": HANDLE, "message": "sacct: timeout"}, TorchXError, True),
+        ({"unexpected": 1}, TorchXError, True),
+    ],
+)
+def test_execute_complete_raises_on_every_other_event(event, error, retryable):
+    with pytest.raises(error) as raised:
+        _operator(FakeSchedulerHook([None])).execute_complete(_context(), event)
+    assert isinstance(raised.value, AirflowFailException) is not retryable
+
+
+def test_an_app_the_scheduler_stops_knowing_mid_wait_is_a_retryable_error():
+    hook = FakeSchedulerHook([AppState.RUNNING, AppState.RUNNING, None])
+    with pytest.raises(TorchXAppLostError) as raised:
+        _operator(hook).execute(_context())
+    assert not isinstance(raised.value, AirflowFailException)
+
+
+def test_status_errors_while_waiting_in_the_worker_are_retried_with_backoff():
+    boom = RuntimeError("sacct: Unable to contact slurm controller")
+    hook = FakeSchedulerHook([AppState.RUNNING, boom, boom, boom, AppState.SUCCEEDED])
+    result = _operator(hook).execute(_context())
+    assert result["state"] == "SUCCEEDED"
+    assert hook.calls == 5
+
+
+def test_status_errors_past_the_policy_fail_the_try_but_keep_the_handle_for_the_retry():
+    hook = FakeSchedulerHook([AppState.RUNNING, RuntimeError("down")])
+    hook.answers = [AppState.RUNNING] + [RuntimeError("down")] * 10
+    store = TaskStateStore()
+    with pytest.raises(RuntimeError, match="down"):
+        _operator(hook).execute(_context(store))
+    assert store.values == {"torchx_app_handle": HANDLE}
+
+
+def test_the_trigger_follows_the_same_retry_policy():
+    boom = RuntimeError("sacct: timeout")
+    hook = FakeSchedulerHook([boom, boom, AppState.SUCCEEDED])
+    trigger = TorchXAppTrigger(HANDLE, poll_interval=0.01)
+    trigger._hook = lambda: hook  # type: ignore[method-assign]
+
+    async def collect():
+        return [event.payload async for event in trigger.run()]
+
+    events = asyncio.run(collect())
+    assert [e["status"] for e in events] == ["terminal"] and hook.calls == 3
+    hook = FakeSchedulerHook([boom])
+    trigger._hook = lambda: hook  # type: ignore[method-assign]
+    events = asyncio.run(collect())
+    assert [e["status"] for e in events] == ["error"] and hook.calls == 5
+
+
+def test_a_sensor_trigger_deadline_reports_timeout_and_cancels_nothing():
+    hook = FakeSchedulerHook([AppState.RUNNING])
+    trigger = TorchXAppTrigger(HANDLE, poll_interval=0.02, deadline=time.time() + 0.1, cancel_on_kill=False)
+    trigger._hook = lambda: hook  # type: ignore[method-assign]
+
+    async def collect():
+        return [event.payload async for event in trigger.run()]
+
+    (event,) = asyncio.run(collect())
+    assert event["status"] == "timeout" and event["state"] == "RUNNING"
+    assert hook.cancelled == []
+
+
+def _sensor(**kwargs: Any) -> TorchXAppSensor:
+    sensor = TorchXAppSensor(task_id="wait", app_handle=HANDLE, poke_interval=0.01, **kwargs)
+    return sensor
+
+
+@pytest.mark.parametrize("soft_fail", [False, True])
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"status": "timeout", "app_handle": HANDLE, "state": "RUNNING", "message": "deadline"},
+        _terminal("FAILED"),
+    ],
+)
+def test_sensor_resumes_like_poke_mode_timeout_fails_or_skips(event, soft_fail):
+    sensor = _sensor(deferrable=True, soft_fail=soft_fail, timeout=5)
+    expected = AirflowSkipException if soft_fail else (AirflowSensorTimeout, TorchXAppTerminalError)
+    with pytest.raises(expected):
+        sensor.resume_execution("execute_complete", {"event": event}, _context())
+
+
+def test_sensor_resume_on_success_returns_the_status():
+    result = _sensor(deferrable=True).resume_execution(
+        "execute_complete", {"event": _terminal("SUCCEEDED")}, _context()
+    )
+    assert result["state"] == "SUCCEEDED"
+
+
+def test_deferrable_sensor_defers_with_a_trigger_that_never_cancels():
+    sensor = _sensor(deferrable=True, timeout=60)
+    sensor.__dict__["hook"] = FakeSchedulerHook([AppState.RUNNING])
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(_context())
+    path, kwargs = deferred.value.trigger.serialize()
+    assert path == TRIGGER_PATH and deferred.value.method_name == "execute_complete"
+    assert kwargs["cancel_on_kill"] is False and kwargs["app_handle"] == HANDLE
+
+
+@pytest.mark.parametrize("deferrable", [False, True])
+def test_sensor_on_an_app_that_already_failed_skips_with_soft_fail_in_both_modes(deferrable):
+    sensor = _sensor(deferrable=deferrable, soft_fail=True)
+    sensor.__dict__["hook"] = FakeSchedulerHook([AppState.FAILED])
+    with pytest.raises(AirflowSkipException):
+        sensor.execute(_context())
+
+
+def test_sensor_unknown_app_fails_without_retry():
+    sensor = _sensor()
+    sensor.__dict__["hook"] = FakeSchedulerHook([None])
+    with pytest.raises(TorchXAppNotFoundError):
+        sensor.execute(_context())
+
+
+# template fields are stored verbatim in __init__ and only normalised after rendering
+
+TEMPLATED = {
+    "component": "{{ params.component }}",
+    "component_args": "{{ params.args }}",
+    "scheduler": "{{ params.scheduler }}",
+    "cfg": "{{ params.cfg }}",
+    "env": "{{ params.env }}",
+    "torchx_conn_id": "{{ params.conn }}",
+    "tracker_conn_ids": "{{ params.trackers }}",
+    "app_name": "{{ params.name }}",
+}
+
+
+@pytest.mark.parametrize("operator", [TorchXDryRunOperator, TorchXOperator])
+def test_template_fields_are_assigned_verbatim(operator):
+    op = operator(task_id="t", **TEMPLATED)
+    for field, value in TEMPLATED.items():
+        assert field in op.template_fields
+        assert getattr(op, field) == value, field
+
+
+@pytest.mark.parametrize(
+    ("rendered", "expected"),
+    [
+        ('{"partition": "gpu", "nodes": 2}', {"partition": "gpu", "nodes": 2}),
+        ("{'partition': 'gpu', 'exclusive': True}", {"partition": "gpu", "exclusive": True}),
+        ({"a": 1}, {"a": 1}),
+        (None, {}),
+        ("", {}),
+    ],
+)
+def test_a_rendered_mapping_parameter_is_read_as_json_or_a_python_literal(rendered, expected):
+    assert mapping_param("t", "cfg", rendered) == expected
+
+
+@pytest.mark.parametrize("rendered", ["partition=gpu", "[1, 2]", 7])
+def test_a_rendered_mapping_parameter_that_is_not_a_mapping_is_named(rendered):
+    with pytest.raises(TorchXConfigError) as err:
+        mapping_param("train", "cfg", rendered)
+    message = str(err.value)
+    assert "'train'" in message and "'cfg'" in message and repr(rendered) in message
+    assert "params.cfg" in message  # the fix
