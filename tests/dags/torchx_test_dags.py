@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pendulum
 from airflow.sdk import DAG, Param
+from torchx.components.utils import python
 
 from torchx_airflow.operators.torchx import TorchXDryRunOperator, TorchXOperator
 from torchx_airflow.sensors.torchx import TorchXAppSensor
@@ -58,3 +59,9 @@ with _dag("tx_sensor_unknown"):
 
 with _dag("tx_bad_component"):
     TorchXOperator(task_id="run", component="utils.no_such_component", component_args=[])
+
+# A rendered AppDef keeps its role env values out of the rendered fields; a templated cfg works.
+with _dag("tx_templated", params={"cfg": Param({"prepend_cwd": True}, type="object")}):
+    app = python(c="print('templated')", name="templated")
+    app.roles[0].env["API_TOKEN"] = SECRET
+    TorchXDryRunOperator(task_id="plan_app", app=app, cfg="{{ params.cfg }}", tracker_conn_ids=[])

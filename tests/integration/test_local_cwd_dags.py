@@ -60,6 +60,17 @@ def test_env_secret_reaches_the_job_but_no_log_or_xcom(run_dag):
     assert SECRET not in json.dumps(result.xcom("plan")) + json.dumps(result.xcom("run"))
 
 
+def test_templated_cfg_renders_and_a_rendered_app_keeps_its_env_secret_out_of_the_db(run_dag):
+    result = run_dag("tx_templated", conf={"cfg": {"prepend_cwd": True, "log_dir": "/tmp/tx-templated"}})
+
+    assert result.states == {"plan_app": "success"}, result.output[-3000:]
+    summary = result.xcom("plan_app")
+    assert summary["cfg"]["prepend_cwd"] is True and summary["cfg"]["log_dir"] == "/tmp/tx-templated"
+    stored = result.stored_text()  # every XCom and rendered template field of the run
+    assert "API_TOKEN" in stored and SECRET not in stored
+    assert SECRET not in result.output
+
+
 def test_failing_job_fails_the_task_with_the_job_error(run_dag):
     result = run_dag("tx_fail")
 

@@ -176,6 +176,13 @@ class TorchXDryRunOperator(BaseOperator):
         # Rendering an AppDef mutates it: work on this task's own copy, never the DAG file's object.
         self.app = copy.deepcopy(self.app)
         super().render_template_fields(context, jinja_env)
+        # Registered before Airflow stores the rendered fields: sensitive env values show as ***.
+        from torchx_airflow.secrets import mask_sensitive_env
+
+        for role in self.app.roles if self.app is not None else []:
+            mask_sensitive_env(role.env)
+        if isinstance(self.env, Mapping):
+            mask_sensitive_env({str(k): str(v) for k, v in self.env.items()})
 
     def _render_nested_template_fields(
         self, value: Any, context: Context, jinja_env: jinja2.Environment, seen_oids: set[int]
