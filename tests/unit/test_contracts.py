@@ -57,6 +57,9 @@ class FakeSchedulerHook:
             raise answer
         return None if answer is None else AppStatus(state=answer, msg=answer.name)
 
+    def statuses(self, handles: list[str]) -> dict[str, AppStatus | None]:
+        return {handle: self.status(handle) for handle in handles}
+
     def cancel(self, handle: str) -> None:
         self.cancelled.append(handle)
 

@@ -31,6 +31,9 @@ class ScriptedHook:
         state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
         return None if state is None else AppStatus(state=state, msg=state.name)
 
+    def statuses(self, handles: list[str]) -> dict[str, AppStatus | None]:
+        return {handle: self.status(handle) for handle in handles}
+
     def cancel(self, handle: str) -> None:
         self.cancelled.append(handle)
         self.states = [AppState.CANCELLED]

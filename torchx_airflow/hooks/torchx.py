@@ -402,6 +402,10 @@ class TorchXHook(BaseHook):
             return None
         return status
 
+    def statuses(self, app_handles: Iterable[str]) -> dict[str, AppStatus | None]:
+        """Statuses of several apps: ``{handle: AppStatus, or None when unknown}``."""
+        return {handle: self.status(handle) for handle in app_handles}
+
     def wait(self, app_handle: str, wait_interval: float = 10) -> AppStatus | None:
         """Block until the app is terminal; None if its scheduler does not know it."""
         handle = check_app_handle(app_handle)

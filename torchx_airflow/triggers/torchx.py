@@ -99,47 +99,63 @@ class TorchXAppTrigger(BaseTrigger):
         return TorchXHook(self.torchx_conn_id)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        hook = self._hook()
-        try:
+        from torchx_airflow.apps import scheduler_of
+        from torchx_airflow.triggers.poller import shared_poller
+
+        # Every trigger of this process waiting on the same connection and scheduler shares one
+        # batched status query per interval (triggers/poller.py).
+        poller = shared_poller(self.torchx_conn_id, scheduler_of(self.app_handle), self._hook)
+        async with poller.subscribe(self.app_handle, self.poll_interval) as subscription:
             while True:
-                if self.deadline is not None and time.time() >= self.deadline:
-                    yield TriggerEvent(await self._deadline_event(hook))
-                    return
                 try:
-                    status = await self._status(hook)
-                except Exception as e:
-                    message = f"{type(e).__name__}: {e}"
-                    yield TriggerEvent({"status": "error", "app_handle": self.app_handle, "message": message})
+                    answer = await asyncio.wait_for(subscription.answers.get(), self._seconds_left())
+                except asyncio.TimeoutError:
+                    yield TriggerEvent(await self._deadline_event())
                     return
-                if status is None:
-                    yield TriggerEvent(
-                        {
-                            "status": "not_found",
-                            "app_handle": self.app_handle,
-                            "message": f"Scheduler does not know app {self.app_handle}",
-                        }
-                    )
+                event = self._event_for(answer)
+                if event is not None:
+                    yield TriggerEvent(event)
                     return
-                if status.is_terminal():
-                    event = summarize_status(self.app_handle, status)
-                    yield TriggerEvent({"status": "terminal", **event, "log_cursor": self.log_cursor})
-                    return
-                self.log.debug("App %s is %s", self.app_handle, status.state.name)
-                await asyncio.sleep(self._sleep_seconds())
-        finally:
-            await asyncio.to_thread(hook.close)
+                self.log.debug("App %s is %s", self.app_handle, answer.state.name)
+
+    def _seconds_left(self) -> float | None:
+        return None if self.deadline is None else max(0.0, self.deadline - time.time())
+
+    def _event_for(self, answer: Any) -> dict[str, Any] | None:
+        """The event a status answer ends the wait with, or None while the app runs."""
+        if isinstance(answer, Exception):  # the shared status policy gave up
+            return {
+                "status": "error",
+                "app_handle": self.app_handle,
+                "message": f"{type(answer).__name__}: {answer}",
+            }
+        if answer is None:
+            return {
+                "status": "not_found",
+                "app_handle": self.app_handle,
+                "message": f"Scheduler does not know app {self.app_handle}",
+            }
+        if answer.is_terminal():
+            return {
+                "status": "terminal",
+                **summarize_status(self.app_handle, answer),
+                "log_cursor": self.log_cursor,
+            }
+        return None
 
     async def _status(self, hook: Any) -> Any:
         """The app's status off the event loop, retried with the shared status policy."""
         retrying = async_status_retrying(f"Status of {self.app_handle}", max_wait=self.poll_interval)
         return await retrying(asyncio.to_thread, hook.status, self.app_handle)
 
-    def _sleep_seconds(self) -> float:
-        if self.deadline is None:
-            return self.poll_interval
-        return max(0.0, min(self.poll_interval, self.deadline - time.time()))
+    async def _deadline_event(self) -> dict[str, Any]:
+        hook = self._hook()
+        try:
+            return await self._deadline_event_with(hook)
+        finally:
+            await asyncio.to_thread(hook.close)
 
-    async def _deadline_event(self, hook: Any) -> dict[str, Any]:
+    async def _deadline_event_with(self, hook: Any) -> dict[str, Any]:
         if self.cancel_on_kill:
             self.log.info("Deadline passed: cancelling TorchX app %s", self.app_handle)
             await asyncio.to_thread(hook.cancel, self.app_handle)
