@@ -36,7 +36,7 @@ def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120
 
 
 @contextlib.contextmanager
-def _server(cmd: list[str], ready_url: str, workdir: Path) -> Iterator[None]:
+def _server(cmd: list[str], ready_url: str, workdir: Path) -> Iterator[subprocess.Popen]:
     log = workdir / "server.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(
@@ -44,7 +44,7 @@ def _server(cmd: list[str], ready_url: str, workdir: Path) -> Iterator[None]:
         )
     try:
         _wait_http(ready_url, proc, log)
-        yield
+        yield proc
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, 15)
@@ -58,6 +58,13 @@ def _server(cmd: list[str], ready_url: str, workdir: Path) -> Iterator[None]:
 @contextlib.contextmanager
 def mlflow_server(workdir: Path) -> Iterator[str]:
     """``mlflow server`` with a SQLite backend on a free loopback port; yields its http URI."""
+    with mlflow_server_process(workdir) as (uri, _):
+        yield uri
+
+
+@contextlib.contextmanager
+def mlflow_server_process(workdir: Path) -> Iterator[tuple[str, subprocess.Popen]]:
+    """Like ``mlflow_server``, and the server's process (a group leader: signal the group)."""
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
     cmd = [
@@ -65,8 +72,8 @@ def mlflow_server(workdir: Path) -> Iterator[str]:
         "--backend-store-uri", f"sqlite:///{workdir}/mlflow.db",
         "--default-artifact-root", str(workdir / "artifacts"),
     ]  # fmt: skip
-    with _server(cmd, f"{uri}/health", workdir):
-        yield uri
+    with _server(cmd, f"{uri}/health", workdir) as proc:
+        yield uri, proc
 
 
 @contextlib.contextmanager

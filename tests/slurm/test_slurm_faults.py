@@ -1,0 +1,226 @@
+"""Faults injected for real while tasks wait on Slurm jobs, through a running Airflow: a tracker
+server that hangs or dies right after submission, a status command that fails several times, a
+worker SIGKILLed before its first poll, and sensors whose timeout passes. Each ends with exactly
+one Slurm job per task, and no sensor ever cancels the app it watches.
+
+Faults are armed through command shims first on the services' PATH (tests/faults.py); jobs are
+counted in ``sacct`` by their own job name, so other jobs on the cluster never count.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.faults import CommandFaults
+from tests.services import mlflow_server_process
+from tests.slurm.conftest import REPO, SLURM_CONN
+from tests.stack import AirflowStack
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+BIN = Path(sys.executable).parent
+
+
+def _mlflow_conn(uri: str) -> str:
+    return json.dumps({"conn_type": "mlflow", "host": uri, "extra": {"experiment": "faults"}})
+
+
+@pytest.fixture(scope="module")
+def faults(tmp_path_factory) -> CommandFaults:
+    return CommandFaults(tmp_path_factory.mktemp("faults"))
+
+
+@pytest.fixture(scope="module")
+def tracker_servers(tmp_path_factory):
+    """Two MLflow servers: one to hang (SIGSTOP) and one to kill right after a submission."""
+    with (
+        mlflow_server_process(tmp_path_factory.mktemp("ml-hung")) as hung,
+        mlflow_server_process(tmp_path_factory.mktemp("ml-stopped")) as stopped,
+    ):
+        try:
+            yield {"hung": hung, "stopped": stopped}
+        finally:
+            for _, proc in (hung, stopped):  # a stopped group must run again to be stopped for good
+                try:
+                    os.killpg(proc.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+
+
+@pytest.fixture(scope="module")
+def stack(slurm_cluster, faults, tracker_servers, tmp_path_factory):
+    stack = AirflowStack(
+        home=tmp_path_factory.mktemp("faults-airflow"),
+        dags_folder=REPO / "tests" / "dags",
+        env_extra={
+            "PATH": faults.path(os.environ["PATH"]),
+            "AIRFLOW_CONN_TORCHX_SLURM": SLURM_CONN,
+            "AIRFLOW_CONN_FAULT_ML_HUNG": _mlflow_conn(tracker_servers["hung"][0]),
+            "AIRFLOW_CONN_FAULT_ML_STOPPED": _mlflow_conn(tracker_servers["stopped"][0]),
+            "AIRFLOW__CORE__PARALLELISM": "8",
+            # a SIGKILLed worker's task is noticed after 20 s instead of 5 min
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
+        },
+    )
+    stack.up()
+    try:
+        yield stack
+    finally:
+        stack.down()
+
+
+@pytest.fixture(autouse=True)
+def _disarm(faults):
+    faults.clear()
+    yield
+    faults.clear()
+
+
+def _since() -> str:
+    return (datetime.datetime.now() - datetime.timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def jobs_named(name: str, since: str) -> list[tuple[str, str]]:
+    """(job id, state) of every Slurm job called ``name`` submitted since ``since``."""
+    out = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-S", since, "--name", name, "-o", "JobID,State"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return [tuple(line.split("|")[:2]) for line in out.splitlines() if line.strip()]  # type: ignore[misc]
+
+
+def job_state(app_handle: str) -> str:
+    out = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-j", app_handle.rsplit("/", 1)[1], "-o", "State"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return out.strip().splitlines()[0] if out.strip() else ""
+
+
+def torchx_run(cwd: Path, *args: str) -> str:
+    """An app the sensors watch, launched outside Airflow with the ``torchx`` CLI."""
+    out = subprocess.run(
+        [str(BIN / "torchx"), "run", "--scheduler", "slurm", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        check=True,
+    ).stdout
+    return next(line for line in out.splitlines() if line.startswith("slurm://"))
+
+
+def wait_state(app_handle: str, prefixes: tuple[str, ...], timeout: float = 90) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = job_state(app_handle)
+        if state.startswith(prefixes):
+            return state
+        time.sleep(0.5)
+    raise AssertionError(f"{app_handle} not in {prefixes} within {timeout} s: {job_state(app_handle)!r}")
+
+
+@pytest.mark.parametrize("fault", ["hung", "stopped"])
+def test_tracker_server_failing_right_after_submission_leaves_one_job_and_a_successful_task(
+    stack, faults, tracker_servers, fault
+):
+    _, server = tracker_servers[fault]
+    faults.after_sbatch(f"kill -{'STOP' if fault == 'hung' else 'KILL'} -- -{server.pid}")
+    since = _since()
+    run = stack.trigger("fault_tracker_sync", {"seconds": 3, "tracker": f"fault_ml_{fault}"})
+    state = stack.wait_run("fault_tracker_sync", run, timeout=240)
+    log = stack.log("fault_tracker_sync", run, "run", 1)
+    assert state == "success", log[-3000:]
+    assert stack.ti("fault_tracker_sync", run, "run")["try_number"] == 1
+    handle = stack.xcom("fault_tracker_sync", run, "run", "app_handle")
+    assert jobs_named("faulttrk-0", since) == [(handle.rsplit("/", 1)[1], "COMPLETED")]
+    # the lineage write and the results read each gave up after tracker_timeout, with a warning
+    assert f"Recording lineage of {handle}" in log
+    assert f"Reading the results of {handle}" in log
+    result = stack.xcom("fault_tracker_sync", run, "run", "return_value")
+    assert result["state"] == "SUCCEEDED" and result["metadata"] == {}
+
+
+@pytest.mark.parametrize("dag_id", ["fault_status_sync", "fault_status_deferred"])
+def test_status_command_failing_three_times_in_a_row_is_retried_not_failed(stack, faults, dag_id):
+    faults.after_sbatch(f"echo 3 > {faults.root}/fail")
+    role = {"fault_status_sync": "faultstat", "fault_status_deferred": "faultstatdef"}[dag_id]
+    since = _since()
+    run = stack.trigger(dag_id, {"seconds": 3})
+    state = stack.wait_run(dag_id, run, timeout=240)
+    assert state == "success", stack.log(dag_id, run, "run", 1)[-3000:]
+    assert (faults.root / "fail").read_text().strip() == "0"  # all three failures were hit
+    assert stack.ti(dag_id, run, "run")["try_number"] == 1
+    handle = stack.xcom(dag_id, run, "run", "app_handle")
+    assert jobs_named(f"{role}-0", since) == [(handle.rsplit("/", 1)[1], "COMPLETED")]
+
+
+def test_worker_sigkilled_between_submission_and_its_first_poll_reattaches(stack, faults):
+    faults.after_sbatch(f"touch {faults.root}/kill_poller")
+    since = _since()
+    run = stack.trigger("fault_killed_sync", {"seconds": 20})
+    state = stack.wait_run("fault_killed_sync", run, timeout=300)
+    assert any(line.startswith("killed ") for line in faults.calls()), "the fault never fired"
+    assert state == "success", stack.log("fault_killed_sync", run, "run", 2)[-3000:]
+    ti = stack.ti("fault_killed_sync", run, "run")
+    assert ti["try_number"] == 2
+    handle = stack.xcom("fault_killed_sync", run, "run", "return_value")["app_handle"]
+    assert jobs_named("faultkill-0", since) == [(handle.rsplit("/", 1)[1], "COMPLETED")]
+    log = stack.log("fault_killed_sync", run, "run", 2)
+    assert f"Reattached to TorchX app {handle} from an earlier try" in log
+    assert "Submitted TorchX app" not in log
+
+
+# dag id -> the sensor's final state; the app it watches must be left running in every case
+SENSOR_TIMEOUTS = {
+    "sensor_timeout_poke": "failed",
+    "sensor_timeout_poke_soft": "skipped",
+    "sensor_timeout_reschedule": "failed",
+    "sensor_timeout_reschedule_soft": "skipped",
+    "sensor_timeout_deferred": "failed",
+    "sensor_timeout_deferred_soft": "skipped",
+}
+
+
+def test_a_sensor_timeout_never_cancels_the_app_in_any_mode(stack, tmp_path):
+    handle = torchx_run(tmp_path, "utils.sh", "sleep", "300")
+    try:
+        wait_state(handle, ("RUNNING",))
+        runs = {dag_id: stack.trigger(dag_id, {"app_handle": handle}) for dag_id in SENSOR_TIMEOUTS}
+        outcomes = {}
+        for dag_id, run in runs.items():
+            stack.wait_run(dag_id, run, timeout=240)
+            outcomes[dag_id] = stack.ti(dag_id, run, "wait")["state"]
+        assert outcomes == SENSOR_TIMEOUTS
+        assert job_state(handle) == "RUNNING"  # six timeouts later, still running
+        log = stack.log("sensor_timeout_deferred", runs["sensor_timeout_deferred"], "wait", 1)
+        assert "AirflowSensorTimeout" in log or "timed out" in log.lower()
+    finally:
+        subprocess.run(["scancel", handle.rsplit("/", 1)[1]], check=False)
+
+
+@pytest.mark.parametrize("dag_id", ["sensor_poke_soft", "sensor_deferred_soft"])
+@pytest.mark.parametrize("when", ["before", "while"])
+def test_soft_fail_skips_on_a_failed_app_whether_it_failed_before_or_while_watched(
+    stack, tmp_path, dag_id, when
+):
+    seconds = "0" if when == "before" else "8"
+    handle = torchx_run(tmp_path, "utils.sh", "sh", "-c", f"sleep {seconds}; exit 3")
+    if when == "before":
+        wait_state(handle, ("FAILED",))
+    run = stack.trigger(dag_id, {"app_handle": handle})
+    stack.wait_run(dag_id, run, timeout=240)
+    assert stack.ti(dag_id, run, "wait")["state"] == "skipped"
+    assert wait_state(handle, ("FAILED",)) == "FAILED"
