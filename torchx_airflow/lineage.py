@@ -97,16 +97,16 @@ def parent_runs(context: Context) -> list[str]:
 
 
 def _attempt(what: str, store: TrackerBase, fn: Any, attempts: int = 3) -> bool:
-    for attempt in range(1, attempts + 1):
-        try:
-            fn()
-            return True
-        except Exception as e:
-            if attempt == attempts:
-                log.warning(
-                    "Could not %s in %r after %d attempts: %s: %s", what, store, attempts, type(e).__name__, e
-                )
-    return False
+    """``fn()`` with up to ``attempts`` tries (tenacity, short backoff); a warning when all fail."""
+    from tenacity import Retrying, stop_after_attempt, wait_exponential
+
+    try:
+        Retrying(stop=stop_after_attempt(attempts), wait=wait_exponential(0.2, max=2), reraise=True)(fn)
+        return True
+    except Exception as e:
+        name = type(e).__name__
+        log.warning("Could not %s in %r after %d attempts: %s: %s", what, store, attempts, name, e)
+        return False
 
 
 def record_run(
