@@ -371,22 +371,25 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
             context["ti"].xcom_push(key=XCOM_TRACKER_URL, value=url)
 
     def wait(self, app_handle: str, app: AppDef) -> AppStatus:
-        """Poll until the app is terminal, streaming its logs meanwhile."""
-        from torchx_airflow.logs import AppLogStreamer
+        """Poll until the app is terminal, streaming its logs meanwhile.
 
-        streamer = AppLogStreamer(self.hook, app_handle, role_replicas(app), self.log)
-        if self.stream_logs:
-            streamer.start()
-        while True:
-            status = self.hook.status(app_handle)
-            if status is None:
-                raise TorchXAppNotFoundError(app_handle)
-            if status.is_terminal():
-                break
-            streamer.drain(timeout=self.poll_interval)
-        if self.stream_logs:
-            streamer.finish()
-        return status
+        The polls here are the only status queries of the wait: log readers follow them and are
+        stopped when the wait ends, however it ends. Failing polls follow the one retry policy.
+        """
+        from torchx_airflow.exceptions import TorchXAppLostError
+        from torchx_airflow.logs import AppLogStreamer
+        from torchx_airflow.retry import status_retrying
+
+        poll = status_retrying(f"Status of TorchX app {app_handle}", max_wait=self.poll_interval)
+        replicas = role_replicas(app)
+        with AppLogStreamer(self.hook, app_handle, replicas, self.log, enabled=self.stream_logs) as streamer:
+            while True:
+                status = poll(self.hook.status, app_handle)
+                if status is None:
+                    raise TorchXAppLostError(app_handle)
+                if status.is_terminal():
+                    return status
+                streamer.drain(timeout=self.poll_interval)
 
     def result(
         self, app_handle: str, status: AppStatus | None, app: AppDef, context: Context
