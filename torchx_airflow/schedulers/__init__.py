@@ -27,7 +27,7 @@ def support_for(scheduler: str, runner: Runner) -> SchedulerSupport:
         from torchx_airflow.schedulers.slurm import SlurmSupport
 
         return SlurmSupport(scheduler, runner)
-    if scheduler in ("local_cwd", "local_docker"):
+    if scheduler == "local_cwd":
         from torchx_airflow.schedulers.local import LocalSupport
 
         return LocalSupport(scheduler, runner)
