@@ -3,7 +3,7 @@ and a sync wait whose log readers never ask Slurm anything themselves.
 
 Every command the provider runs against Slurm is counted by a PATH shim around ``sacct``, ``squeue``
 and ``scontrol`` (the real commands run; each call is logged). Jobs are submitted held
-(``SBATCH_HOLD``, which sbatch reads from the submitting environment) where they need not run, and
+(``sbatch --hold``) where they need not run, and
 every job a test creates is cancelled by id when it ends.
 """
 
@@ -80,8 +80,12 @@ def submitted(slurm_hook) -> Iterator[list[str]]:
         subprocess.run(["scancel", *ids], capture_output=True)
 
 
-def submit(hook, handles: list[str], app) -> str:
-    handle = hook.schedule(hook.dryrun(app))
+def submit(hook, handles: list[str], app, hold: bool = False) -> str:
+    """Submit ``app``; ``hold`` keeps it queued (``sbatch --hold``) so nothing runs."""
+    info = hook.dryrun(app)
+    if hold:  # TorchX's documented way to adjust a request before it is submitted
+        info.request.cmd.append("--hold")
+    handle = hook.schedule(info)
     handles.append(handle)
     return handle
 
@@ -156,9 +160,8 @@ def test_a_job_scancelled_outside_airflow_is_cancelled_for_the_hook_and_a_recrea
     assert event.payload["msg"].startswith("CANCELLED by ")
 
 
-def test_statuses_of_many_apps_take_one_sacct(slurm_hook, submitted, slurm_commands, monkeypatch):
-    monkeypatch.setenv("SBATCH_HOLD", "1")  # nothing needs to run
-    handles = [submit(slurm_hook, submitted, sleep_app(name=f"batch-{i}")) for i in range(3)]
+def test_statuses_of_many_apps_take_one_sacct(slurm_hook, submitted, slurm_commands):
+    handles = [submit(slurm_hook, submitted, sleep_app(name=f"batch-{i}"), hold=True) for i in range(3)]
     unknown = "slurm://torchx/987654321"
     before = len(slurm_commands.calls())
 
@@ -205,14 +208,13 @@ def _operator(app):
 
 
 def test_a_sync_wait_is_the_only_status_source_while_readers_follow_a_multi_replica_job(
-    slurm_hook, submitted, slurm_commands, monkeypatch
+    slurm_hook, submitted, slurm_commands
 ):
     # 2 roles x 2 replicas, held: 8 log readers wait for files that do not exist yet, the case in
     # which each reader used to ask Slurm for the app's status every second.
-    monkeypatch.setenv("SBATCH_HOLD", "1")
     app = multi_replica_app()
     operator = _operator(app)
-    handle = submit(operator.hook, submitted, app)
+    handle = submit(operator.hook, submitted, app, hold=True)
     counting = CountingStatus(operator.hook)
     operator.hook.status = counting  # type: ignore[method-assign]
     before = len(slurm_commands.calls())
@@ -234,11 +236,10 @@ def test_a_sync_wait_is_the_only_status_source_while_readers_follow_a_multi_repl
     assert _reader_threads() == []
 
 
-def test_reader_threads_stop_when_the_wait_raises(slurm_hook, submitted, monkeypatch):
-    monkeypatch.setenv("SBATCH_HOLD", "1")
+def test_reader_threads_stop_when_the_wait_raises(slurm_hook, submitted):
     app = multi_replica_app(roles=1)
     operator = _operator(app)
-    handle = submit(operator.hook, submitted, app)
+    handle = submit(operator.hook, submitted, app, hold=True)
     operator.hook.status = CountingStatus(operator.hook, fail_after=2)  # type: ignore[method-assign]
     from torchx_airflow.exceptions import TorchXConfigError
 
