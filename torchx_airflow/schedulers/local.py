@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from torchx_airflow.schedulers.base import SchedulerSupport
 
 if TYPE_CHECKING:
+    from torchx.runner import Runner
     from torchx.specs import AppDryRunInfo
 
 _STREAM_FIELD = {None: "combined", "stdout": "stdout", "stderr": "stderr"}
@@ -22,8 +23,8 @@ class LocalSupport(SchedulerSupport):
 
     inherits_launcher_env = True
 
-    def __init__(self, name: str, runner: object) -> None:
-        super().__init__(name, runner)  # type: ignore[arg-type]
+    def __init__(self, name: str, runner: Runner) -> None:
+        super().__init__(name, runner)
         self._log_files: dict[tuple[str, str, int, str | None], str] = {}
 
     def submitted(self, app_id: str, dryrun_info: AppDryRunInfo) -> None:

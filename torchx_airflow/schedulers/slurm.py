@@ -21,6 +21,7 @@ from torchx_airflow.exceptions import TorchXConfigError
 from torchx_airflow.schedulers.base import SchedulerSupport
 
 if TYPE_CHECKING:
+    from torchx.runner import Runner
     from torchx.specs import AppDryRunInfo, AppStatus
 
 log = logging.getLogger(__name__)
@@ -150,8 +151,8 @@ class SlurmSupport(SchedulerSupport):
     # sbatch's own configuration and input variables
     launcher_env_patterns = ("SLURM_*", "SBATCH_*")
 
-    def __init__(self, name: str, runner: object) -> None:
-        super().__init__(name, runner)  # type: ignore[arg-type]
+    def __init__(self, name: str, runner: Runner) -> None:
+        super().__init__(name, runner)
         self._workdirs: dict[str, str] = {}
 
     def statuses(self, app_ids: Sequence[str]) -> dict[str, AppStatus | None]:
