@@ -252,3 +252,47 @@ def test_slurm_refuses_a_secret_with_different_values_per_role():
     ]
     with pytest.raises(TorchXConfigError, match="'API_TOKEN' holds different secret values"):
         TorchXHook(scheduler="slurm").dryrun(AppDef(name="two", roles=roles))
+
+
+def test_a_follower_reads_to_the_end_and_asks_the_scheduler_only_after_the_app_ended(tmp_path):
+    import threading
+
+    from torchx_airflow.logs import follow_file
+
+    log = tmp_path / "slurm-1-r-0.out"
+    asked: list[bool] = []
+
+    def locate(ask: bool) -> str | None:
+        asked.append(ask)
+        return str(log) if log.exists() else None
+
+    ended = threading.Event()
+    lines: list[str] = []
+    reader = threading.Thread(
+        target=lambda: lines.extend(follow_file(locate, ended.is_set, ended.wait, poll=0.05))
+    )
+    reader.start()
+    log.write_text("one\ntw")
+    with log.open("a") as f:
+        f.write("o\nthree")  # no newline yet: written before the app ended
+    ended.set()
+    reader.join(10)
+    assert not reader.is_alive()
+    assert lines == ["one", "two", "three"]
+    assert True not in asked[:-1]  # while the app ran, the file was looked for without asking
+
+
+def test_a_follower_whose_file_never_appears_stops_when_the_app_ends(tmp_path):
+    import threading
+
+    from torchx_airflow.logs import follow_file
+
+    ended = threading.Event()
+    lines: list[str] = []
+    reader = threading.Thread(
+        target=lambda: lines.extend(follow_file(lambda ask: None, ended.is_set, ended.wait))
+    )
+    reader.start()
+    ended.set()
+    reader.join(10)
+    assert not reader.is_alive() and lines == []
