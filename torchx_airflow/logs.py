@@ -1,16 +1,19 @@
 """Streaming every role's and replica's log lines of a TorchX app into the task log.
 
-One reader thread follows each replica's log through ``Runner.log_lines(..., should_tail=True)``
-and queues its lines; the waiting thread drains the queue between status polls, so all task-log
-writes happen on one thread and each line is written once, prefixed ``[role/replica]``.
+One reader thread follows each replica's log stream and queues its lines; the waiting thread drains
+the queue between status polls, so all task-log writes happen on one thread and each line is written
+once, prefixed ``[role/replica]``. The waiting loop is the only thing that asks the scheduler for the
+app's status: readers follow it through ``AppLogStreamer.app_ended`` (an Event set when the app is
+terminal, or when the wait ends any other way) and stop then, on every exit path.
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.secrets import redact_text
@@ -19,32 +22,108 @@ if TYPE_CHECKING:
     from torchx_airflow.hooks.torchx import TorchXHook
 
 _DONE = object()
+READER_THREAD_PREFIX = "torchx-log-"
+
+
+def follow_file(
+    locate: Callable[[bool], str | None],
+    finished: Callable[[], bool],
+    sleep: Callable[[float], Any],
+    tail: bool = True,
+    poll: float = 1.0,
+) -> Iterator[str]:
+    """Lines of a log file, followed until ``finished()`` when ``tail``.
+
+    ``locate(ask)`` gives the file's path (None while unknown; ``ask=False`` while the app runs, so
+    finding it never queries the scheduler); ``sleep(poll)`` waits between looks, and may return
+    early (``Event.wait``) when the app ends.
+    """
+    path = None
+    while True:  # wait for the file to appear
+        path = path or locate(not tail)
+        if path and os.path.isfile(path):
+            break
+        if not tail or finished():
+            path = path or locate(True)  # written just before the end, or never written at all
+            if path and os.path.isfile(path):
+                break
+            return
+        sleep(poll)
+    pending = ""
+    with open(path, errors="replace", newline="\n") as f:
+        while True:
+            chunk = f.readline()
+            if chunk:
+                pending += chunk
+                if pending.endswith("\n"):
+                    yield pending.rstrip("\n")
+                    pending = ""
+                continue
+            if not tail or finished():
+                yield from (pending + f.read()).splitlines()
+                return
+            sleep(poll)
 
 
 class AppLogStreamer:
     """Follows the logs of every replica of an app; ``drain()`` writes what arrived to ``log``.
 
+    Use it as a context manager around the wait: readers start on entry, and on exit (the app ended,
+    the wait raised, the task was killed) ``app_ended`` is set and every reader is joined::
+
+        with AppLogStreamer(hook, app_handle, {"trainer": 2}, log) as streamer:
+            while not (status := hook.status(app_handle)).is_terminal():
+                streamer.drain(timeout=poll_interval)
+
     :param hook: the hook that launched (or can see) the app.
     :param app_handle: the app's handle.
     :param replicas: role name -> number of replicas.
     :param log: where lines go (the task's logger).
+    :param poll: seconds between looks at a log file that has no new line.
+    :param enabled: False streams nothing (the context manager then does nothing).
     """
 
-    def __init__(self, hook: TorchXHook, app_handle: str, replicas: Mapping[str, int], log: Any) -> None:
+    def __init__(
+        self,
+        hook: TorchXHook,
+        app_handle: str,
+        replicas: Mapping[str, int],
+        log: Any,
+        poll: float = 1.0,
+        enabled: bool = True,
+    ) -> None:
         self._hook = hook
         self._app_handle = app_handle
         self._replicas = dict(replicas)
         self._log = log
+        self._poll = poll
+        self._enabled = enabled
         self._lines: queue.Queue[Any] = queue.Queue()
         self._threads: list[threading.Thread] = []
+        self.app_ended = threading.Event()
         self.line_count = 0
 
+    def __enter__(self) -> AppLogStreamer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        # After a terminal status readers read to the end of their files; after an error the wait
+        # is over all the same, and they stop at the end of what is there.
+        self.finish()
+
+    @property
+    def threads(self) -> list[threading.Thread]:
+        """The reader threads started so far."""
+        return list(self._threads)
+
     def start(self) -> AppLogStreamer:
+        if not self._enabled:
+            return self
         for role, k, stream in replica_streams(self._hook, self._app_handle, self._replicas):
             thread = threading.Thread(
                 target=self._follow,
                 args=(role, k, stream),
-                name=f"torchx-log-{role}-{k}-{stream or 'all'}",
+                name=f"{READER_THREAD_PREFIX}{role}-{k}-{stream or 'all'}",
                 daemon=True,
             )
             thread.start()
@@ -54,7 +133,16 @@ class AppLogStreamer:
     def _follow(self, role: str, k: int, stream: str | None) -> None:
         prefix = f"[{role}/{k}]"
         try:
-            for chunk in self._hook.log_lines(self._app_handle, role, k, should_tail=True, stream=stream):
+            lines = self._hook.log_lines(
+                self._app_handle,
+                role,
+                k,
+                should_tail=True,
+                stream=stream,
+                until=self.app_ended,
+                poll=self._poll,
+            )
+            for chunk in lines:
                 for line in chunk.splitlines():
                     self._lines.put((prefix, line))
         except Exception as e:  # logs are best effort: the app's status decides the task's outcome
@@ -79,7 +167,8 @@ class AppLogStreamer:
                 self.line_count += 1
 
     def finish(self, timeout: float = 30.0) -> None:
-        """After the app is terminal: let readers reach the end of the logs, then write the rest."""
+        """The wait is over: readers read to the end of the logs and stop; the rest is written."""
+        self.app_ended.set()
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))

@@ -2,11 +2,13 @@
 
 Connection extra (all optional)::
 
-    {"scheduler": "slurm", "cfg": {"partition": "gpu", "time": "01:00:00"}, "trackers": ["mlflow_default"]}
+    {"scheduler": "slurm", "cfg": {"partition": "gpu", "time": "01:00:00"}, "trackers": ["mlflow_default"],
+     "env_passthrough": ["CUDA_HOME", "NCCL_*"]}
 
 ``scheduler`` defaults to ``local_cwd``; ``cfg`` holds the scheduler's run options and is checked
 against that scheduler's ``runopts`` before anything is submitted; ``trackers`` lists tracker
-connection ids.
+connection ids; ``env_passthrough`` names worker variables that jobs of schedulers which inherit the
+launcher's environment (local_cwd, slurm) get besides ``torchx_airflow.schedulers.env.BASE_ENV``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 import os
 import re
 import signal
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -25,12 +28,20 @@ from airflow.sdk import BaseHook
 
 from torchx_airflow.apps import check_app_handle, scheduler_of
 from torchx_airflow.exceptions import TorchXConfigError, TorchXConnectionError
+from torchx_airflow.schedulers.env import parse_env_passthrough
 
 if TYPE_CHECKING:
+    import threading
+
     from torchx.runner import Runner
     from torchx.specs import AppDef, AppDryRunInfo, AppStatus
 
+    from torchx_airflow.schedulers import SchedulerSupport
+
 DEFAULT_SCHEDULER = "local_cwd"
+# Per dry-run result, until ``schedule`` submits it: its scheduler, and the secret env values
+# ``dryrun`` took out of its request.
+_LAUNCHES: weakref.WeakKeyDictionary[Any, tuple[str, dict[str, str]]] = weakref.WeakKeyDictionary()
 _CONN_EXAMPLE = 'AIRFLOW_CONN_{id}=\'{{"conn_type": "torchx", "extra": {{"scheduler": "local_cwd"}}}}\''
 
 
@@ -41,6 +52,7 @@ class TorchXConnectionSettings:
     scheduler: str = DEFAULT_SCHEDULER
     cfg: dict[str, Any] = field(default_factory=dict)
     trackers: tuple[str, ...] = ()
+    env_passthrough: tuple[str, ...] = ()
 
     @classmethod
     def from_extra(cls, conn_id: str, extra: Mapping[str, Any]) -> TorchXConnectionSettings:
@@ -60,6 +72,7 @@ class TorchXConnectionSettings:
             scheduler=scheduler.strip(),
             cfg=parse_json_object(conn_id, "cfg", get("cfg"), '{"partition": "gpu", "time": "01:00:00"}'),
             trackers=_parse_trackers(conn_id, get("trackers")),
+            env_passthrough=parse_env_passthrough(conn_id, get("env_passthrough")),
         )
 
 
@@ -147,88 +160,6 @@ def _tracker_environ(trackers: str | None = None) -> Iterator[None]:
 def _app_trackers(app: AppDef) -> str | None:
     names = {role.env.get("TORCHX_TRACKERS") for role in app.roles}
     return names.pop() if len(names) == 1 else None
-
-
-def _slurm_workdir(app_id: str) -> str | None:
-    """The working directory of a Slurm job (where its output files are), live or finished."""
-    import subprocess
-
-    commands = (
-        ["scontrol", "show", "job", app_id],
-        ["sacct", "-j", app_id, "-X", "-n", "-P", "-o", "WorkDir"],
-    )
-    for cmd in commands:
-        try:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if cmd[0] == "scontrol":
-            found = re.search(r"\bWorkDir=(\S+)", out)
-            if found:
-                return found.group(1)
-        elif out.strip():
-            return out.strip().splitlines()[0].strip()
-    return None
-
-
-def _slurm_job_known(app_id: str) -> bool:
-    """Whether slurmctld (live jobs) or the accounting database (finished ones) has the job."""
-    import subprocess
-
-    try:
-        live = subprocess.run(["scontrol", "show", "job", app_id], capture_output=True, timeout=30)
-        if live.returncode == 0:
-            return True
-        done = subprocess.run(
-            ["sacct", "-j", app_id, "-X", "-n", "-P", "-o", "JobID"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return True  # cannot tell: never call a job unknown on a failed check
-    return bool(done.stdout.strip())
-
-
-def _slurm_log_lines(
-    hook: TorchXHook, handle: str, role: str, k: int, should_tail: bool, stream: str, poll: float = 1.0
-) -> Iterator[str]:
-    """Lines of ``slurm-<id>-<role>-<k>.out|.err``, followed until the job is terminal when tailing."""
-    import time
-
-    app_id = handle.rsplit("/", 1)[-1]
-    name = f"slurm-{app_id}-{role}-{k}.{'err' if stream == 'stderr' else 'out'}"
-
-    def finished() -> bool:
-        status = hook.status(handle)
-        return status is None or status.is_terminal()
-
-    workdir = None
-    while True:  # wait for the file; the job's working directory is asked for until Slurm knows it
-        workdir = workdir or _slurm_workdir(app_id)
-        path = os.path.join(workdir, name) if workdir else None
-        if path and os.path.isfile(path):
-            break
-        if not should_tail or finished():
-            if path and os.path.isfile(path):  # written just before the job ended
-                break
-            return
-        time.sleep(poll)
-    pending = ""
-    with open(path, errors="replace", newline="\n") as f:
-        while True:
-            chunk = f.readline()
-            if chunk:
-                pending += chunk
-                if pending.endswith("\n"):
-                    yield pending.rstrip("\n")
-                    pending = ""
-                continue
-            if not should_tail or finished():
-                rest = f.read()
-                yield from (pending + rest).splitlines()
-                return
-            time.sleep(poll)
 
 
 class TorchXHook(BaseHook):
@@ -358,67 +289,120 @@ class TorchXHook(BaseHook):
         with _keep_signal_handlers():
             return fn()
 
+    def support(self, scheduler: str) -> SchedulerSupport:
+        """The scheduler layer of ``scheduler`` (one per hook, so what a status query learns, such as
+        a Slurm job's work dir, serves the log readers too)."""
+        from torchx_airflow.schedulers import support_for
+
+        supports = self.__dict__.setdefault("_supports", {})
+        if scheduler not in supports:
+            supports[scheduler] = support_for(self.check_scheduler(scheduler), self.runner)
+        return supports[scheduler]
+
     def dryrun(
         self,
         app: AppDef,
         scheduler: str | None = None,
         cfg: Mapping[str, Any] | None = None,
         parent_run_id: str | None = None,
+        secret_env_names: Iterable[str] = (),
     ) -> AppDryRunInfo:
-        """What would be submitted for ``app``; the hook's scheduler and cfg unless overridden."""
+        """What would be submitted for ``app``; the hook's scheduler and cfg unless overridden.
+
+        Role env values that are secrets (``secret_env_names``, names Airflow's masker treats as
+        sensitive, values holding a masked secret) leave the request where the scheduler would write
+        them down (Slurm's batch script); ``schedule`` hands them to the job another way.
+        """
         scheduler = scheduler or self.scheduler
         resolved = self.resolve_cfg(scheduler, self.cfg if cfg is None else cfg)
         try:
             with _tracker_environ(_app_trackers(app)):
-                return self._call(
+                info = self._call(
                     lambda: self.runner.dryrun(app, scheduler, cfg=resolved, parent_run_id=parent_run_id)
                 )
         except ValueError as e:  # TorchX's own AppDef checks: no roles, no entrypoint, 0 replicas
             from torchx_airflow.exceptions import TorchXComponentError
 
             raise TorchXComponentError(f"TorchX refused app {app.name!r}: {e}") from e
+        from torchx_airflow.schedulers.env import secret_env_names as find_secrets
+
+        names = set().union(*(find_secrets(role.env, secret_env_names) for role in app.roles))
+        _LAUNCHES[info] = (scheduler, self.support(scheduler).separate_secrets(info, names))
+        return info
 
     def schedule(self, dryrun_info: AppDryRunInfo) -> str:
-        """Submit a dry-run result; returns the app handle ``scheduler://session/app_id``."""
+        """Submit a dry-run result; returns the app handle ``scheduler://session/app_id``.
+
+        On schedulers whose jobs inherit the submitting process's environment (local_cwd, slurm) the
+        job gets only ``BASE_ENV``, the connection's ``env_passthrough``, the scheduler client's own
+        variables and the secrets ``dryrun`` took out of the request, never the worker's
+        ``AIRFLOW*`` variables.
+        """
+        from torchx_airflow.schedulers.env import launch_env, swapped_environ
+
+        scheduler, secrets = _LAUNCHES.pop(dryrun_info, (self.scheduler, {}))
+        support = self.support(scheduler)
         with _tracker_environ():
-            return self._call(lambda: self.runner.schedule(dryrun_info))
+            if support.inherits_launcher_env:
+                env = launch_env(os.environ, self.settings.env_passthrough, support.launcher_env_patterns)
+                with swapped_environ({**env, **secrets}):
+                    app_handle = self._call(lambda: self.runner.schedule(dryrun_info))
+            else:
+                app_handle = self._call(lambda: self.runner.schedule(dryrun_info))
+        support.submitted(app_handle.rsplit("/", 1)[-1], dryrun_info)
+        return app_handle
+
+    def statuses(self, app_handles: Iterable[str]) -> dict[str, AppStatus | None]:
+        """Status of many apps, one query per scheduler where it can (Slurm: one ``sacct``).
+
+        ``None`` for an app its scheduler does not know; a handle missing from the answer went
+        unanswered this time (ask again).
+        """
+        by_scheduler: dict[str, dict[str, list[str]]] = {}
+        for app_handle in app_handles:
+            handle = check_app_handle(app_handle)
+            app_id = handle.split("://", 1)[1].split("/", 1)[1]
+            by_scheduler.setdefault(scheduler_of(handle), {}).setdefault(app_id, []).append(app_handle)
+        answer: dict[str, AppStatus | None] = {}
+        for scheduler, handles in by_scheduler.items():
+            support = self.support(scheduler)
+            statuses = self._call(lambda support=support, handles=handles: support.statuses(list(handles)))
+            for app_id, status in statuses.items():
+                for app_handle in handles.get(app_id, ()):
+                    answer[app_handle] = status
+        return answer
 
     def status(self, app_handle: str) -> AppStatus | None:
         """The app's status, or None if its scheduler does not know it.
 
-        TorchX's Slurm scheduler answers UNKNOWN (not None) for a job id Slurm never had: such a
-        handle is checked against ``scontrol`` and ``sacct`` and reported as unknown.
+        Raises ``LookupError`` when the scheduler left it unanswered (the retry policy asks again).
         """
-        handle = check_app_handle(app_handle)
-        scheduler = self.check_scheduler(scheduler_of(handle))
-        status = self._call(lambda: self.runner.status(handle))
-        if (
-            scheduler == "slurm"
-            and status is not None
-            and status.state.name == "UNKNOWN"
-            and not status.roles
-            and not _slurm_job_known(handle.rsplit("/", 1)[-1])
-        ):
-            return None
-        return status
-
-    def statuses(self, app_handles: Iterable[str]) -> dict[str, AppStatus | None]:
-        """Statuses of several apps: ``{handle: AppStatus, or None when unknown}``."""
-        return {handle: self.status(handle) for handle in app_handles}
+        answer = self.statuses([app_handle])
+        if app_handle not in answer:
+            raise LookupError(f"The scheduler gave no status for TorchX app {app_handle}; ask again.")
+        return answer[app_handle]
 
     def wait(self, app_handle: str, wait_interval: float = 10) -> AppStatus | None:
         """Block until the app is terminal; None if its scheduler does not know it."""
-        handle = check_app_handle(app_handle)
-        return self._call(lambda: self.runner.wait(handle, wait_interval=wait_interval))
+        import time
+
+        while True:
+            status = self.status(app_handle)
+            if status is None or status.is_terminal():
+                return status
+            time.sleep(wait_interval)
 
     def cancel(self, app_handle: str) -> None:
         """Ask the scheduler to cancel the app; does nothing if it is unknown or already terminal."""
         handle = check_app_handle(app_handle)
+        status = self.status(handle)
+        if status is None or status.is_terminal():
+            return
         self._call(lambda: self.runner.cancel(handle))
 
     def log_streams(self, app_handle: str) -> tuple[str | None, ...]:
         """The log streams to follow per replica: Slurm keeps stdout and stderr apart, others combine."""
-        return ("stdout", "stderr") if scheduler_of(check_app_handle(app_handle)) == "slurm" else (None,)
+        return self.support(scheduler_of(check_app_handle(app_handle))).log_streams()
 
     def log_lines(
         self,
@@ -427,19 +411,49 @@ class TorchXHook(BaseHook):
         k: int = 0,
         should_tail: bool = True,
         stream: str | None = None,
+        until: threading.Event | None = None,
+        poll: float = 1.0,
     ) -> Iterable[str]:
-        """Log lines of replica ``k`` of ``role_name`` (following the log until the app ends).
+        """Log lines of replica ``k`` of ``role_name``, following the log while ``should_tail``.
 
-        For Slurm the files are found through the job's working directory (``scontrol``/``sacct``),
-        so any process can read them, not only one started in the directory the job was submitted from.
+        A follower stops when ``until`` is set (the waiting loop sets it once the app is terminal), and
+        then never asks the scheduler anything itself; without ``until`` it asks for the app's status
+        every ``poll`` seconds. Slurm's files are found through the job's work dir, so any process can
+        read them, not only one started in the directory the job was submitted from.
         """
+        from torchx_airflow.logs import follow_file
+
         handle = check_app_handle(app_handle)
-        if scheduler_of(handle) == "slurm":
-            return _slurm_log_lines(self, handle, role_name, k, should_tail, stream or "stdout")
-        return self._call(lambda: self.runner.log_lines(handle, role_name, k=k, should_tail=should_tail))
+        support = self.support(scheduler_of(handle))
+        app_id = handle.split("://", 1)[1].split("/", 1)[1]
+        if not support.follows_files(app_id):
+            return self._call(lambda: self.runner.log_lines(handle, role_name, k=k, should_tail=should_tail))
+        if until is not None:
+            return follow_file(
+                lambda ask: support.log_file(app_id, role_name, k, stream, ask=ask),
+                until.is_set,
+                until.wait,
+                tail=should_tail,
+                poll=poll,
+            )
+
+        def finished() -> bool:
+            status = self.status(handle)
+            return status is None or status.is_terminal()
+
+        import time
+
+        return follow_file(
+            lambda ask: support.log_file(app_id, role_name, k, stream, ask=ask),
+            finished,
+            time.sleep,
+            tail=should_tail,
+            poll=poll,
+        )
 
     def close(self) -> None:
         """Release the runner and its schedulers. Local apps still running are terminated."""
+        self.__dict__.pop("_supports", None)
         if "runner" in self.__dict__:
             self._call(self.runner.close)
             del self.__dict__["runner"]

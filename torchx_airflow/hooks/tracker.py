@@ -434,6 +434,18 @@ class TrackerSet:
             env[ENV_MLFLOW_URI] = mlflow[0].config["tracking_uri"]
         return env
 
+    def secret_env_names(self) -> set[str]:
+        """Names in ``job_env()`` whose values carry a connection's credentials: never to be written
+        where others can read them (a Slurm batch script, a rendered field, a log)."""
+        env = self.job_env()
+        secrets = [s for b in self.backends for s in b.secrets if s]
+        names = {name for name, value in env.items() if any(secret in value for secret in secrets)}
+        if secrets:  # encoded configs hold the secrets in a form a substring test does not see
+            names |= {name for name in env if name.startswith("TORCHX_TRACKER_") and name.endswith("_CONFIG")}
+        for backend in self.backends:
+            names |= {n for n in backend.job_env if n in (ENV_MLFLOW_USERNAME, ENV_MLFLOW_PASSWORD)}
+        return names
+
     @cached_property
     def stores(self) -> list[TrackerBase]:
         """Launcher-side stores, one per backend, opened on first use."""

@@ -473,22 +473,22 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
             self.log.warning("No MLflow link for %s: %s: %s", app_handle, type(e).__name__, e)
 
     def wait(self, app_handle: str, app: AppDef) -> AppStatus:
-        """Poll until the app is terminal, streaming its logs meanwhile."""
+        """Poll until the app is terminal, streaming its logs meanwhile.
+
+        The polls here are the only status queries of the wait: log readers follow them and are
+        stopped when the wait ends, however it ends. Failing polls follow the one retry policy.
+        """
         from torchx_airflow.logs import AppLogStreamer
 
-        streamer = AppLogStreamer(self.hook, app_handle, role_replicas(app), self.log)
-        if self.stream_logs:
-            streamer.start()
-        while True:
-            status = self._poll_status(app_handle)
-            if status is None:
-                raise TorchXAppLostError(app_handle)
-            if status.is_terminal():
-                break
-            streamer.drain(timeout=self.poll_interval)
-        if self.stream_logs:
-            streamer.finish()
-        return status
+        replicas = role_replicas(app)
+        with AppLogStreamer(self.hook, app_handle, replicas, self.log, enabled=self.stream_logs) as streamer:
+            while True:
+                status = self._poll_status(app_handle)
+                if status is None:
+                    raise TorchXAppLostError(app_handle)
+                if status.is_terminal():
+                    return status
+                streamer.drain(timeout=self.poll_interval)
 
     def result(
         self, app_handle: str, status: AppStatus | None, app: AppDef, context: Context

@@ -1,0 +1,95 @@
+"""``SchedulerSupport``: the interface, and the default that asks TorchX's ``Runner`` app by app."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torchx.runner import Runner
+    from torchx.specs import AppDryRunInfo, AppStatus
+
+
+class SchedulerSupport:
+    """What the provider needs from one TorchX scheduler, beyond submitting an app.
+
+    The default works for every scheduler through TorchX's own per-app calls (``Runner.status``,
+    ``Runner.log_lines``); a scheduler module overrides what it can do better.
+
+    :param name: the scheduler's name (``slurm``, ``kubernetes``...).
+    :param runner: the TorchX runner of the hook that asks.
+    """
+
+    #: Whether a job starts with the environment of the process that submits it (local_cwd, slurm).
+    #: For those the hook submits with a cleaned environment (``torchx_airflow.schedulers.env``).
+    inherits_launcher_env: bool = False
+    #: Launcher variables (``fnmatch`` patterns) the scheduler's own client needs when submitting.
+    launcher_env_patterns: tuple[str, ...] = ()
+
+    def __init__(self, name: str, runner: Runner) -> None:
+        self.name = name
+        self.runner = runner
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+    def handle(self, app_id: str) -> str:
+        """The app handle ``scheduler://session/app_id`` of ``app_id`` in the runner's session."""
+        return f"{self.name}://{self.runner.name()}/{app_id}"
+
+    def statuses(self, app_ids: Sequence[str]) -> dict[str, AppStatus | None]:
+        """Status of every app: ``None`` for an app the scheduler does not know.
+
+        An app missing from the answer was not answered (try again); a failure of the whole query
+        raises. The default asks ``Runner.status`` once per app.
+        """
+        return {app_id: self.runner.status(self.handle(app_id)) for app_id in dict.fromkeys(app_ids)}
+
+    def status(self, app_id: str) -> AppStatus | None:
+        """Status of one app (``statuses`` of one); raises ``LookupError`` when it went unanswered."""
+        answer = self.statuses([app_id])
+        if app_id not in answer:
+            raise LookupError(f"Scheduler {self.name!r} gave no status for app {app_id!r}; asking again.")
+        return answer[app_id]
+
+    def known(self, app_id: str) -> bool:
+        """Whether the scheduler knows the app (running, queued, or still in its history)."""
+        return self.status(app_id) is not None
+
+    def log_streams(self) -> tuple[str | None, ...]:
+        """The log streams of each replica: ``(None,)`` when the scheduler combines them."""
+        return (None,)
+
+    def follows_files(self, app_id: str) -> bool:
+        """Whether the app's logs are files this process reads itself (``log_file``); otherwise they
+        are read through ``Runner.log_lines``."""
+        return False
+
+    def log_file(self, app_id: str, role: str, k: int, stream: str | None, ask: bool = True) -> str | None:
+        """The file a replica's log stream is written to; None while it cannot be told.
+
+        ``ask=False`` answers from what earlier queries learnt, without asking the scheduler: log
+        readers that follow a wait use it, so the wait's own status polls stay the only queries.
+        """
+        return None
+
+    def separate_secrets(self, dryrun_info: AppDryRunInfo, names: Iterable[str]) -> dict[str, str]:
+        """Take the env variables ``names`` out of the scheduler request; return them.
+
+        Schedulers that write the request down where others can read it (Slurm's batch script) move
+        secrets to the submitting process's environment instead. The default leaves the request as it
+        is: the role env goes to the job only (Kubernetes, AWS Batch, Docker) or straight into the
+        job's process (local_cwd).
+        """
+        return {}
+
+    def submitted(self, app_id: str, dryrun_info: AppDryRunInfo) -> None:
+        """Called after ``dryrun_info`` was submitted as ``app_id``: remember what later calls need."""
+
+
+def environ_subset(environ: Mapping[str, str], patterns: Iterable[str]) -> dict[str, str]:
+    """The variables of ``environ`` whose names match one of ``patterns`` (``fnmatch``, case-sensitive)."""
+    from fnmatch import fnmatchcase
+
+    patterns = tuple(patterns)
+    return {name: value for name, value in environ.items() if any(fnmatchcase(name, p) for p in patterns)}
