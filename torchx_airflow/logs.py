@@ -230,3 +230,53 @@ def print_app_logs(
             log.info("[%s/%d] %s", role, k, redact_text(line))
         seen[key] = total
     return seen
+
+
+class LogFileFollower:
+    """What was appended to each replica's log files since the last look: a deferred wait's live logs.
+
+    Keeps a byte offset per file and the count of lines shown per replica and stream (the trigger's
+    ``log_cursor``), so every line is shown once: by the trigger while the app runs, and the rest by
+    the task when it resumes (``print_app_logs`` skips the counted lines). Lines already counted in
+    ``cursor`` (a trigger re-created after a restart) are skipped, not shown again.
+
+    :param streams: every ``(role, replica, stream)`` to follow.
+    :param cursor: lines already shown, per ``log_cursor_key``.
+    """
+
+    def __init__(self, streams: list[tuple[str, int, str | None]], cursor: Mapping[str, int] | None = None):
+        self.streams = streams
+        self.cursor = {log_cursor_key(*s): 0 for s in streams}
+        self.cursor.update(cursor or {})
+        self._skip = dict(self.cursor)
+        self._offsets: dict[str, int] = {}
+        self._partial: dict[str, bytes] = {}
+
+    def read_new(
+        self, locate: Callable[[str, int, str | None], str | None], final: bool = False
+    ) -> list[tuple[str, str]]:
+        """``(prefix, line)`` of the complete lines appended since the last call; with ``final`` (the
+        app is terminal, its files are complete) the last line even without a newline."""
+        new: list[tuple[str, str]] = []
+        for role, k, stream in self.streams:
+            key = log_cursor_key(role, k, stream)
+            path = locate(role, k, stream)
+            if not path or not os.path.isfile(path):
+                continue
+            with open(path, "rb") as f:
+                f.seek(self._offsets.get(key, 0))
+                data = self._partial.pop(key, b"") + f.read()
+                self._offsets[key] = f.tell()
+            lines = data.split(b"\n")
+            rest = lines.pop()  # after the last newline: an unfinished line
+            if rest and final:
+                lines.append(rest)
+            elif rest:
+                self._partial[key] = rest
+            for raw in lines:
+                if self._skip.get(key, 0) > 0:
+                    self._skip[key] -= 1
+                    continue
+                self.cursor[key] += 1
+                new.append((f"[{role}/{k}]", raw.decode(errors="replace").rstrip("\r")))
+        return new

@@ -112,6 +112,25 @@ def test_deferred_wait_completes_through_the_triggerer_and_prints_the_logs_once(
     assert result["state"] == "SUCCEEDED" and result["app_handle"] == handle
 
 
+def test_job_lines_show_in_the_task_log_while_the_task_is_deferred(slurm_stack):
+    run = slurm_stack.trigger("slurm_deferred", {"seconds": 40})
+    slurm_stack.wait_ti("slurm_deferred", run, "run", ("deferred",), timeout=120)
+    deadline = time.monotonic() + 90
+    live = ""
+    while time.monotonic() < deadline:
+        live = slurm_stack.log("slurm_deferred", run, "run", 1)
+        if "[python/0] line 3/40" in live:
+            break
+        time.sleep(2)
+    assert "[python/0] line 3/40" in live, live[-3000:]
+    assert slurm_stack.ti("slurm_deferred", run, "run")["state"] == "deferred"  # still waiting
+    assert slurm_stack.wait_run("slurm_deferred", run, timeout=180) == "success"
+    log = slurm_stack.log("slurm_deferred", run, "run", 1)
+    for n in (1, 3, 40):  # shown live or on resume, each exactly once
+        assert log.count(f"[python/0] line {n}/40") == 1, n
+    assert log.count("[python/0] to stderr") == 1
+
+
 def test_killed_triggerer_is_replaced_and_the_task_completes_with_one_event(slurm_stack):
     before = last_job_id()
     run = slurm_stack.trigger("slurm_deferred", {"seconds": 25})

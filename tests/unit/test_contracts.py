@@ -122,6 +122,8 @@ def test_trigger_serializes_to_its_class_path_and_exact_primitive_kwargs():
         deadline=1700000000.5,
         log_cursor={"trainer/0/stdout": 7},
         cancel_on_kill=False,
+        log_replicas={"trainer": 2},
+        tracker_conn_ids=["mlflow_default"],
     )
     assert trigger.serialize() == (
         TRIGGER_PATH,
@@ -132,6 +134,8 @@ def test_trigger_serializes_to_its_class_path_and_exact_primitive_kwargs():
             "deadline": 1700000000.5,
             "log_cursor": {"trainer/0/stdout": 7},
             "cancel_on_kill": False,
+            "log_replicas": {"trainer": 2},
+            "tracker_conn_ids": ["mlflow_default"],
         },
     )
 
@@ -153,10 +157,22 @@ def test_deferrable_execute_submits_persists_the_handle_then_defers_to_the_trigg
             "deadline": TI.start_date.timestamp() + 600,
             "log_cursor": {},
             "cancel_on_kill": True,
+            "log_replicas": None,  # stream_logs=False
+            "tracker_conn_ids": [],
         },
     )
     assert store.values == {"torchx_app_handle": HANDLE}
     assert context["ti"].pushed["app_handle"] == HANDLE
+
+
+def test_a_trigger_serialized_before_live_logs_existed_is_still_re_created():
+    old_kwargs = {"app_handle": HANDLE, "torchx_conn_id": "c", "poll_interval": 5.0, "deadline": None,
+                  "log_cursor": {}, "cancel_on_kill": True}  # fmt: skip
+    assert TorchXAppTrigger(**old_kwargs).serialize()[1] == {
+        **old_kwargs,
+        "log_replicas": None,
+        "tracker_conn_ids": [],
+    }
 
 
 def test_a_retry_with_a_running_app_reattaches_and_defers_without_submitting():

@@ -549,6 +549,8 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
                 poll_interval=self.poll_interval,
                 deadline=self._deadline(context),
                 log_cursor={},
+                log_replicas=role_replicas(self._app) if self.stream_logs else None,
+                tracker_conn_ids=self.trackers.conn_ids,
             ),
             method_name="execute_complete",
         )

@@ -57,6 +57,9 @@ class SharedPoller:
         self._subscribers: dict[int, _Subscriber] = {}
         self._task: asyncio.Task | None = None
         self._wake = asyncio.Event()
+        #: the hook of the running loop: what its queries learnt (a Slurm job's work dir) serves
+        #: the triggers that follow the apps' log files, without a query of their own
+        self.hook: Any = None
         self.queries = 0  # batched queries made: for tests and benchmarks
 
     @property
@@ -80,7 +83,7 @@ class SharedPoller:
                 self._wake.set()  # the loop sees it has nobody left and ends
 
     async def _loop(self) -> None:
-        hook = self._hook_factory()
+        hook = self.hook = self._hook_factory()
         try:
             while self._subscribers:
                 self._wake.clear()
@@ -93,6 +96,8 @@ class SharedPoller:
             # No await between the last check of the subscribers and this: one who joins from now
             # on finds no running loop and starts a new one.
             self._task = None
+            if self.hook is hook:
+                self.hook = None
             await asyncio.to_thread(hook.close)
 
     async def _poll_once(self, hook: Any) -> None:

@@ -61,6 +61,11 @@ class TorchXAppTrigger(BaseTrigger):
     :param log_cursor: per replica (``"role/k"``), the log lines the task has already shown.
     :param cancel_on_kill: cancel the app when the task is killed or its deadline passes (off for
         sensors, which watch apps they did not launch).
+    :param log_replicas: role -> number of replicas whose logs the trigger shows as they arrive
+        (schedulers whose logs are files, such as Slurm); None shows none (the task prints them
+        when it resumes).
+    :param tracker_conn_ids: the task's tracker connections: their secrets are masked in the log
+        lines the trigger shows, as the worker masks them.
     """
 
     def __init__(
@@ -71,6 +76,8 @@ class TorchXAppTrigger(BaseTrigger):
         deadline: float | None = None,
         log_cursor: dict[str, int] | None = None,
         cancel_on_kill: bool = True,
+        log_replicas: dict[str, int] | None = None,
+        tracker_conn_ids: list[str] | None = None,
     ) -> None:
         super().__init__()
         self.app_handle = app_handle
@@ -79,6 +86,9 @@ class TorchXAppTrigger(BaseTrigger):
         self.deadline = float(deadline) if deadline is not None else None
         self.log_cursor = {str(k): int(v) for k, v in (log_cursor or {}).items()}
         self.cancel_on_kill = bool(cancel_on_kill)
+        self.log_replicas = {str(r): int(n) for r, n in log_replicas.items()} if log_replicas else None
+        self.tracker_conn_ids = list(tracker_conn_ids or [])
+        self._follower: Any = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -90,6 +100,8 @@ class TorchXAppTrigger(BaseTrigger):
                 "deadline": self.deadline,
                 "log_cursor": dict(self.log_cursor),
                 "cancel_on_kill": self.cancel_on_kill,
+                "log_replicas": self.log_replicas,
+                "tracker_conn_ids": self.tracker_conn_ids,
             },
         )
 
@@ -112,11 +124,52 @@ class TorchXAppTrigger(BaseTrigger):
                 except asyncio.TimeoutError:
                     yield TriggerEvent(await self._deadline_event())
                     return
+                terminal = answer is not None and not isinstance(answer, Exception) and answer.is_terminal()
+                await self._show_new_log_lines(poller.hook, final=terminal)
                 event = self._event_for(answer)
                 if event is not None:
                     yield TriggerEvent(event)
                     return
                 self.log.debug("App %s is %s", self.app_handle, answer.state.name)
+
+    async def _show_new_log_lines(self, hook: Any, final: bool) -> None:
+        """Write the job's new log lines to this trigger's log, which Airflow shows in the task's."""
+        if not self.log_replicas or hook is None:
+            return
+        try:
+            lines = await asyncio.to_thread(self._read_new_log_lines, hook, final)
+        except Exception as e:  # logs are best effort: the task prints what is left when it resumes
+            self.log.debug("Live logs of %s unavailable: %s", self.app_handle, e)
+            return
+        from torchx_airflow.secrets import redact_text
+
+        for prefix, line in lines:
+            self.log.info("%s %s", prefix, redact_text(line))
+        self.log_cursor = dict(self._follower.cursor)
+
+    def _read_new_log_lines(self, hook: Any, final: bool) -> list[tuple[str, str]]:
+        from torchx_airflow.apps import scheduler_of
+        from torchx_airflow.logs import LogFileFollower
+
+        support = hook.support(scheduler_of(self.app_handle))
+        app_id = self.app_handle.rsplit("/", 1)[-1]
+        if not support.follows_files(app_id):
+            self.log_replicas = None  # read through the scheduler when the task resumes
+            return []
+        if self._follower is None:
+            if self.tracker_conn_ids:  # register their secrets with this process's masker
+                from torchx_airflow.hooks.tracker import TrackerSet
+
+                TrackerSet.for_conn_ids(self.tracker_conn_ids)
+            streams = [
+                (role, k, stream)
+                for role, count in self.log_replicas.items()
+                for k in range(count)
+                for stream in support.log_streams()
+            ]
+            self._follower = LogFileFollower(streams, self.log_cursor)
+        # while the app runs the work dir comes from the shared poller's last query: no query here
+        return self._follower.read_new(lambda r, k, st: support.log_file(app_id, r, k, st, ask=final), final)
 
     def _seconds_left(self) -> float | None:
         return None if self.deadline is None else max(0.0, self.deadline - time.time())
