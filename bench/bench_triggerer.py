@@ -54,7 +54,7 @@ def _calls(root: Path) -> int:
 def _submit_held(count: int) -> list[str]:
     def one(_: int) -> str:
         out = subprocess.run(
-            ["sbatch", "--parsable", "--hold", "-J", "torchx-bench-held", "-o", "/dev/null", "--wrap", "true"],
+            ["sbatch", "--parsable", "--hold", "-J", "torchx-bench-held", "-o", "/dev/null", "--wrap=true"],
             capture_output=True,
             text=True,
             check=True,
@@ -99,7 +99,9 @@ async def _shared_wait(handle: str, interval: float) -> None:
         return
 
 
-async def _measure(mode: str, handles: list[str], interval: float, rounds: int, root: Path) -> dict[str, float]:
+async def _measure(
+    mode: str, handles: list[str], interval: float, rounds: int, root: Path
+) -> dict[str, float]:
     waiter = _shared_wait if mode == "shared" else _per_trigger_wait
     stop = asyncio.Event()
     probe = asyncio.ensure_future(_lateness_probe(stop))
@@ -139,7 +141,9 @@ def run() -> list[dict[str, Any]]:
     rounds = int(os.environ.get("BENCH_ROUNDS", "3"))
     root = Path(tempfile.mkdtemp(prefix="torchx-bench-triggerer-"))
     os.environ["PATH"] = f"{_shims(root)}:{os.environ['PATH']}"
-    os.environ[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = json.dumps({"conn_type": "torchx", "extra": {"scheduler": "slurm"}})
+    os.environ[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = json.dumps(
+        {"conn_type": "torchx", "extra": {"scheduler": "slurm"}}
+    )
     job_ids = _submit_held(waits)
     try:
         handles = [f"slurm://torchx/{job_id}" for job_id in job_ids]
