@@ -26,14 +26,17 @@ def _dag(dag_id: str) -> DAG:
 
 def _pipeline(conn_id: str, deferrable: bool) -> None:
     step = {"torchx_conn_id": conn_id, "poll_interval": 0.5, "deferrable": deferrable}
+    # Deferred apps last a few seconds: Airflow fails a resumed task when the executor reports the exit
+    # of its deferring process only after the resumed one started (seen on a loaded 2-core machine).
+    sleep = "2" if deferrable else "0"
     prepare = TorchXOperator(
         task_id="prepare",
         component="utils.python",
-        component_args=["--script", HELLO, "--", "--name", "prepare", "--steps", "1"],
+        component_args=["--script", HELLO, "--", "--name", "prepare", "--steps", "4", "--sleep", sleep],
         **step,
     )
 
-    @task.torchx(**step)
+    @task.torchx(env={"TRACKED_JOB_SLEEP": str(4 * float(sleep))}, **step)
     def train(lr: float, dag_run=None):
         """A component with arguments, one app per learning rate; the model path comes from the conf."""
         out = f"{dag_run.conf['out']}/model-{lr}.txt"
@@ -48,14 +51,22 @@ def _pipeline(conn_id: str, deferrable: bool) -> None:
             name="summary",
             image="",
             entrypoint="python",
-            args=[HELLO, "--name", "{{ dag_run.conf.get('who', 'AppDef') }}", "--steps", "1"],
+            args=[
+                HELLO,
+                "--name",
+                "{{ dag_run.conf.get('who', 'AppDef') }}",
+                "--steps",
+                "4",
+                "--sleep",
+                sleep,
+            ],
         )
         return specs.AppDef(name="ignored", roles=[role])
 
     join = TorchXOperator(
         task_id="join",
         component="utils.python",
-        component_args=["--script", HELLO, "--", "--name", "join", "--steps", "1"],
+        component_args=["--script", HELLO, "--", "--name", "join", "--steps", "4", "--sleep", sleep],
         **step,
     )
     trained = train.expand(lr=[0.1, 0.4])
