@@ -45,6 +45,22 @@ def test_pipeline_succeeds_and_jobs_got_the_triggered_params(pipeline_run):
     assert store.metadata(_handle(stack, run, "prepare"))["rows"] == 30
 
 
+def test_ddp_training_on_slurm_logs_the_loss_per_epoch_to_mlflow(pipeline_run):
+    from mlflow import MlflowClient
+
+    stack, run, _ = pipeline_run
+    mlflow_uri = f"http://127.0.0.1:{stack.env_extra['MLFLOW_PORT']}"
+    store = MlflowStore(mlflow_uri, "torchx")
+    for i in range(len(LRS)):
+        handle = _handle(stack, run, "train", i)
+        md = store.metadata(handle)
+        # two ranks under torchrun in one Slurm job, each recording its half of the 30 rows
+        assert (md["world_size"], md["backend"]) == (2, "gloo")
+        assert (md["rank0_samples"], md["rank1_samples"]) == (15, 15)
+        history = MlflowClient(mlflow_uri).get_metric_history(store.mlflow_run_id(handle), "train_loss")
+        assert sorted(m.step for m in history) == list(range(1, 10))
+
+
 def test_lineage_and_tracker_data_in_both_backends(pipeline_run):
     stack, run, _ = pipeline_run
     prepare = _handle(stack, run, "prepare")
