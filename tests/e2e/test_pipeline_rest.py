@@ -12,7 +12,8 @@ from torchx_airflow_tracker.mlflow_store import MlflowStore
 
 from tests.e2e.conftest import MLFLOW_PASSWORD
 
-pytestmark = pytest.mark.integration
+# Starting the stack and training two DDP apps on Slurm fits the default 300 s only on an idle machine.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 LRS = [0.15, 0.45]
 
 
