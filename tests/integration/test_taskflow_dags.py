@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from torchx_airflow_tracker.fsspec_store import FsspecStore
 
+from tests.conftest import REPO
+
 pytestmark = pytest.mark.integration
 
 
@@ -96,3 +98,23 @@ def test_a_bad_return_value_fails_before_anything_is_submitted(run_dag):
     assert "Return a torchx.specs.AppDef, or a (component, args) pair" in result.output
     assert "Submitted TorchX app" not in result.output
     assert result.xcom("bad", key="app_handle") is None
+
+
+def test_the_example_taskflow_dag(run_dag, tmp_path):
+    env = {
+        "AIRFLOW_CONN_TORCHX_DEFAULT": json.dumps(
+            {"conn_type": "torchx", "extra": {"scheduler": "local_cwd", "trackers": ["tf_fs"]}}
+        ),
+        "AIRFLOW_CONN_TF_FS": json.dumps({"conn_type": "torchx_fsspec", "extra": {"root": str(tmp_path)}}),
+    }
+    result = run_dag(
+        "torchx_taskflow", conf={"names": ["Ada", "Alan", "Grace"]}, env=env, dags_folder=REPO / "dags"
+    )
+    assert result.returncode == 0, result.output[-6000:]
+    assert result.states["report"] == "success"
+    for name in ("Ada", "Alan", "Grace"):
+        assert f"[python/0] hello, {name}!" in result.output
+    assert "[report/0] hello, 3 greeted apps!" in result.output
+    greeted = sorted(result.xcom("greet", key="app_handle", map_index=i) for i in range(3))
+    assert all(h.startswith("local_cwd://torchx/greet-") for h in greeted)
+    assert _sources(FsspecStore(str(tmp_path)), result.xcom("report", key="app_handle")) == greeted
