@@ -15,7 +15,8 @@ from torchx_airflow_tracker.mlflow_store import MlflowStore
 
 from tests.conftest import REPO
 
-pytestmark = pytest.mark.integration
+# The pipeline's run (three DDP train apps) takes about four minutes on a busy 2-core machine.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 S3_SECRET = "s3-Secret-Key-Lineage-0042"
 MLFLOW_PASSWORD = "mlflow-Pa55word-Lineage"
