@@ -10,6 +10,11 @@ export AIRFLOW__CORE__LOAD_EXAMPLES ?= False
 # local_cwd jobs run `python` from PATH: make it the environment's interpreter.
 export PATH := $(BIN):$(PATH)
 
+# The example pipeline trains PyTorch models (the `examples` extra). torch is pinned and installed
+# before the extra, which then finds it satisfied: here the pin resolves to a CPU build, where a plain
+# `torch` or an open range would pull a CUDA build of several GB. `make install TORCH=...` overrides.
+TORCH ?= torch==2.13.0
+
 # `make up` ports: make up AIRFLOW_PORT=8081 MLFLOW_PORT=5001
 AIRFLOW_PORT ?= 8080
 MLFLOW_PORT ?= 5000
@@ -23,7 +28,8 @@ $(VENV)/.installed: pyproject.toml tracker/pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is needed, found " + sys.version' 
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e './tracker[mlflow,s3]' -e '.[test]'
+	$(BIN)/python -m pip install --quiet $(TORCH)
+	$(BIN)/python -m pip install --quiet -e './tracker[mlflow,s3]' -e '.[test,examples]'
 	touch $@
 
 demo: install

@@ -1,10 +1,14 @@
 """
-### TorchX pipeline: prepare → train (one app per learning rate) → evaluate, with lineage for free
+### TorchX pipeline: prepare → train (one PyTorch DDP app per learning rate) → evaluate, with lineage for free
 
-Every step is a TorchX app running a job script from `dags/jobs/` with `utils.python`. Each script
-calls TorchX's own `AppRun.run_from_env()` to record metadata (learning rate, loss) and artifacts
-(data, model, report). Where they land is decided by Airflow: the `trackers` of the `torchx_default`
-connection (an fsspec store and an MLflow server, for example).
+`prepare` writes a small synthetic dataset; `train` trains a tiny PyTorch MLP on it with
+DistributedDataParallel through TorchX's `dist.ddp` component (2 processes: gloo on CPU, NCCL when
+a GPU is present), one app per learning rate; `evaluate` loads every trained model and picks the best.
+The job scripts are in `dags/jobs/`. Each calls TorchX's own `AppRun.run_from_env()` (every rank of
+a train app does) to record metadata (learning rate, loss) and artifacts (data, model, report), and
+the train apps log their loss per epoch as MLflow metrics when an MLflow tracker is configured.
+Where all this lands is decided by Airflow: the `trackers` of the `torchx_default` connection
+(an fsspec store and an MLflow server, for example).
 
 No lineage code here: the operator turns every DAG edge into a tracker source, so `evaluate` lists
 every `train` app as a parent, and each `train` app lists `prepare` (through `train_args`, a plain
@@ -63,7 +67,7 @@ with DAG(
             minItems=1,
             description="One train app per learning rate",
         ),
-        "epochs": Param(40, type="integer", minimum=1, maximum=10000, description="Training epochs"),
+        "epochs": Param(10, type="integer", minimum=1, maximum=10000, description="Training epochs"),
         "rows": Param(200, type="integer", minimum=10, maximum=1000000, description="Rows of data"),
         "scheduler": Param(
             "local_cwd",
@@ -92,7 +96,7 @@ with DAG(
 
     @task
     def train_args(params: dict | None = None, ti=None, dag_run=None) -> list[list[str]]:
-        """The train app's arguments, one list per learning rate; the data path is prepare's artifact."""
+        """dist.ddp's arguments, one list per learning rate; the data path is prepare's artifact."""
         artifacts = ti.xcom_pull(task_ids="prepare")["artifacts"]
         if "data" not in artifacts:
             raise ValueError(
@@ -104,6 +108,10 @@ with DAG(
         out = run_dir(params["output_dir"], dag_run)
         return [
             [
+                "-j",
+                "1x2",  # one node, two processes (ranks)
+                "--cpu",
+                "1",
                 "--script",
                 str(JOBS / "train.py"),
                 "--",
@@ -122,7 +130,7 @@ with DAG(
     args = train_args()
     train = TorchXOperator.partial(
         task_id="train",
-        **STEP,
+        **{**STEP, "component": "dist.ddp"},
     ).expand(component_args=args)
 
     evaluate = TorchXOperator(

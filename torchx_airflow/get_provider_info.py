@@ -34,6 +34,7 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {"integration-name": integration, "python-modules": ["torchx_airflow.operators.torchx"]}
         ],
+        "task-decorators": [{"name": "torchx", "class-name": "torchx_airflow.decorators.torchx.torchx_task"}],
         "sensors": [{"integration-name": integration, "python-modules": ["torchx_airflow.sensors.torchx"]}],
         "triggers": [{"integration-name": integration, "python-modules": ["torchx_airflow.triggers.torchx"]}],
         "extra-links": [

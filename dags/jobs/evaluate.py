@@ -1,4 +1,4 @@
-"""Pipeline step 3: score every trained model on the data, pick the best, record the report."""
+"""Pipeline step 3: load every trained model, score it on the data, pick the best, record the report."""
 
 from __future__ import annotations
 
@@ -6,25 +6,30 @@ import argparse
 import json
 from pathlib import Path
 
+import torch
+from model import load_data, make_model, mse  # noqa: I001 - the job's own directory is on sys.path
 from torchx.tracker.api import AppRun
-from train import load, mse  # noqa: I001 - the job's own directory is on sys.path
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data", required=True, help="data.csv written by prepare")
-    parser.add_argument("--models", required=True, help="comma-separated model.json paths from train")
+    parser.add_argument("--models", required=True, help="comma-separated model.pt paths from train")
     parser.add_argument("--out", required=True, help="directory for report.json")
     args = parser.parse_args()
 
-    points = load(args.data)
-    scores = []
-    for path in filter(None, args.models.split(",")):
-        model = json.loads(Path(path).read_text())
-        scores.append({"model": path, "lr": model["lr"], "loss": mse(points, model["w"], model["b"])})
-        print(f"lr={model['lr']}: loss {scores[-1]['loss']:.5f}", flush=True)
-    if not scores:
+    torch.set_num_threads(1)
+    x, y = load_data(args.data)
+    paths = [p for p in args.models.split(",") if p]
+    if not paths:
         raise SystemExit("no models to evaluate: --models is empty")
+    scores = []
+    for path in paths:
+        checkpoint = torch.load(path, weights_only=True)  # written by train.py: tensors and numbers only
+        model = make_model()
+        model.load_state_dict(checkpoint["state_dict"])
+        scores.append({"model": path, "lr": checkpoint["lr"], "loss": mse(model.eval(), x, y)})
+        print(f"lr={checkpoint['lr']}: loss {scores[-1]['loss']:.5f} ({path})", flush=True)
     best = min(scores, key=lambda s: s["loss"])
 
     out = Path(args.out)

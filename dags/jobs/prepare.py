@@ -1,9 +1,10 @@
-"""Pipeline step 1: write a small regression dataset (y = 3x + 1 + noise) and record it with AppRun."""
+"""Pipeline step 1: write a small regression dataset (y = sin(2.5x) + 0.5x + noise), record it with AppRun."""
 
 from __future__ import annotations
 
 import argparse
 import csv
+import math
 import random
 from pathlib import Path
 
@@ -25,8 +26,8 @@ def main() -> None:
         writer = csv.writer(f)
         writer.writerow(["x", "y"])
         for _ in range(args.rows):
-            x = rng.uniform(-1, 1)
-            writer.writerow([f"{x:.6f}", f"{3 * x + 1 + rng.gauss(0, 0.1):.6f}"])
+            x = rng.uniform(-2, 2)
+            writer.writerow([f"{x:.6f}", f"{math.sin(2.5 * x) + 0.5 * x + rng.gauss(0, 0.1):.6f}"])
 
     run = AppRun.run_from_env()
     run.add_metadata(rows=args.rows, seed=args.seed)

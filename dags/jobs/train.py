@@ -1,52 +1,117 @@
-"""Pipeline step 2: fit y = w*x + b by gradient descent at one learning rate; record loss and model."""
+"""Pipeline step 2: train the MLP of model.py with DistributedDataParallel at one learning rate.
+
+Launched by TorchX's ``dist.ddp`` component, which starts one process per rank with torchrun::
+
+    torchx run --scheduler local_cwd dist.ddp -j 1x2 --script dags/jobs/train.py -- \\
+        --data data.csv --lr 0.2 --epochs 10 --out /tmp/train
+
+gloo on CPU, NCCL when every rank has a GPU. Every rank records itself with ``AppRun.run_from_env()``;
+rank 0 also records the loss, the model artifact and, when the job has an MLflow tracker
+(``MLFLOW_TRACKING_URI`` is set), the loss of every epoch as an MLflow metric with its step.
+"""
 
 from __future__ import annotations
 
 import argparse
-import csv
-import json
+import os
 from pathlib import Path
 
+import torch
+import torch.distributed as dist
+from model import load_data, make_model, mse  # noqa: I001 - the job's own directory is on sys.path
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from torchx.tracker.api import AppRun
 
-
-def load(path: str) -> list[tuple[float, float]]:
-    with open(path, newline="") as f:
-        return [(float(row["x"]), float(row["y"])) for row in csv.DictReader(f)]
+RUN_ID_TAG = "torchx.run_id"  # how the MLflow tracker names the run of a TorchX app
 
 
-def mse(points: list[tuple[float, float]], w: float, b: float) -> float:
-    return sum((w * x + b - y) ** 2 for x, y in points) / len(points)
+def mlflow_run(job_id: str) -> tuple[object, str] | None:
+    """``(client, run_id)`` of this app's MLflow run, when the job has an MLflow tracker; else None.
+
+    The tracker keeps one run per app, tagged with the app handle; the earliest one is the one it
+    keeps when several ranks create it at once.
+    """
+    if not os.environ.get("MLFLOW_TRACKING_URI"):
+        return None
+    from mlflow import MlflowClient  # noqa: TID251 - runs in the job, never at parse time
+
+    client = MlflowClient()
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(experiments, filter_string=f"tags.`{RUN_ID_TAG}` = '{job_id}'")
+    runs = sorted(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id))
+    return (client, runs[0].info.run_id) if runs else None
+
+
+def device_and_backend() -> tuple[torch.device, str]:
+    """NCCL on this rank's GPU when every local rank has one; gloo on the CPU otherwise."""
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if torch.cuda.is_available() and torch.cuda.device_count() >= local_world:
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank), "nccl"
+    return torch.device("cpu"), "gloo"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data", required=True, help="data.csv written by prepare")
     parser.add_argument("--lr", type=float, required=True, help="learning rate")
-    parser.add_argument("--epochs", type=int, default=20)
-    parser.add_argument("--out", required=True, help="directory for model.json")
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--batch-size", type=int, default=10, help="per rank")
+    parser.add_argument("--out", required=True, help="directory for model.pt")
     args = parser.parse_args()
 
-    points = load(args.data)
-    w = b = 0.0
-    for epoch in range(1, args.epochs + 1):
-        n = len(points)
-        grad_w = sum(2 * (w * x + b - y) * x for x, y in points) / n
-        grad_b = sum(2 * (w * x + b - y) for x, y in points) / n
-        w, b = w - args.lr * grad_w, b - args.lr * grad_b
-        if epoch == 1 or epoch == args.epochs or epoch % 10 == 0:
-            print(f"epoch {epoch}/{args.epochs} lr={args.lr} loss={mse(points, w, b):.5f}", flush=True)
-    loss = mse(points, w, b)
+    torch.set_num_threads(1)  # two ranks on a small machine: one thread each, no oversubscription
+    device, backend = device_and_backend()
+    dist.init_process_group(backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    model = out / "model.json"
-    model.write_text(json.dumps({"w": w, "b": b, "lr": args.lr, "epochs": args.epochs, "loss": loss}))
+    x, y = load_data(args.data)
+    dataset = TensorDataset(x, y)
+    sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, seed=0)
+    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
+    model = DistributedDataParallel(
+        make_model().to(device), device_ids=[device.index] if device.type == "cuda" else None
+    )
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
 
     run = AppRun.run_from_env()
-    run.add_metadata(lr=args.lr, epochs=args.epochs, loss=loss)
-    run.add_artifact("model", str(model), {"format": "json", "lr": args.lr})
-    print(f"model w={w:.4f} b={b:.4f} loss={loss:.5f} -> {model}", flush=True)
+    run.add_metadata(**{f"rank{rank}_samples": len(sampler), "world_size": world, "backend": backend})
+    print(f"rank {rank}/{world}: {len(sampler)} samples, backend {backend}, device {device}", flush=True)
+    metrics = mlflow_run(run.id) if rank == 0 else None
+
+    for epoch in range(1, args.epochs + 1):
+        sampler.set_epoch(epoch)
+        totals = torch.zeros(2, device=device)  # sum of squared errors, samples
+        for xb, yb in loader:
+            xb, yb = xb.to(device), yb.to(device)
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(xb), yb)
+            loss.backward()  # DDP averages the gradients of all ranks here
+            optimizer.step()
+            totals += torch.stack([loss.detach() * len(xb), torch.tensor(float(len(xb)), device=device)])
+        dist.all_reduce(totals)  # the epoch's loss over every rank's samples
+        epoch_loss = float(totals[0] / totals[1])
+        if rank == 0:
+            print(f"epoch {epoch}/{args.epochs} lr={args.lr} loss={epoch_loss:.5f}", flush=True)
+            if metrics is not None:
+                client, mlflow_run_id = metrics
+                client.log_metric(mlflow_run_id, "train_loss", epoch_loss, step=epoch)
+
+    if rank == 0:
+        net = model.module.cpu()
+        loss = mse(net, x, y)
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / "model.pt"
+        torch.save({"state_dict": net.state_dict(), "lr": args.lr, "epochs": args.epochs}, path)
+        run.add_metadata(lr=args.lr, epochs=args.epochs, loss=loss)
+        run.add_artifact("model", str(path), {"format": "torch", "lr": args.lr})
+        print(f"model loss={loss:.5f} -> {path}", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

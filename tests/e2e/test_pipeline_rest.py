@@ -12,7 +12,8 @@ from torchx_airflow_tracker.mlflow_store import MlflowStore
 
 from tests.e2e.conftest import MLFLOW_PASSWORD
 
-pytestmark = pytest.mark.integration
+# Starting the stack and training two DDP apps on Slurm fits the default 300 s only on an idle machine.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 LRS = [0.15, 0.45]
 
 
@@ -43,6 +44,22 @@ def test_pipeline_succeeds_and_jobs_got_the_triggered_params(pipeline_run):
     assert [store.metadata(h)["lr"] for h in handles] == LRS
     assert {store.metadata(h)["epochs"] for h in handles} == {9}
     assert store.metadata(_handle(stack, run, "prepare"))["rows"] == 30
+
+
+def test_ddp_training_on_slurm_logs_the_loss_per_epoch_to_mlflow(pipeline_run):
+    from mlflow import MlflowClient
+
+    stack, run, _ = pipeline_run
+    mlflow_uri = f"http://127.0.0.1:{stack.env_extra['MLFLOW_PORT']}"
+    store = MlflowStore(mlflow_uri, "torchx")
+    for i in range(len(LRS)):
+        handle = _handle(stack, run, "train", i)
+        md = store.metadata(handle)
+        # two ranks under torchrun in one Slurm job, each recording its half of the 30 rows
+        assert (md["world_size"], md["backend"]) == (2, "gloo")
+        assert (md["rank0_samples"], md["rank1_samples"]) == (15, 15)
+        history = MlflowClient(mlflow_uri).get_metric_history(store.mlflow_run_id(handle), "train_loss")
+        assert sorted(m.step for m in history) == list(range(1, 10))
 
 
 def test_lineage_and_tracker_data_in_both_backends(pipeline_run):

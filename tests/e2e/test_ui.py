@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+# The pipeline trains three DDP apps (torchrun, torch imports) on 2 cores: more than the default 300 s.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 REPO = Path(__file__).resolve().parents[2]
 SHOTS = REPO / "test-artifacts" / "ui"
 CHROMIUM = "/usr/bin/chromium"
@@ -64,7 +65,7 @@ def test_trigger_from_the_form_and_find_the_extra_links(pipeline_stack, browser)
         time.sleep(0.5)
     (run,) = new
     assert stack.api("GET", f"/dags/torchx_pipeline/dagRuns/{run}")["conf"]["epochs"] == 13
-    assert stack.wait_run("torchx_pipeline", run, timeout=300) == "success"
+    assert stack.wait_run("torchx_pipeline", run, timeout=600) == "success"
     train = stack.xcom("torchx_pipeline", run, "train", "return_value", map_index=0)
     assert train["metadata"]["epochs"] == 13  # the job got the form's value
 

@@ -15,7 +15,8 @@ from torchx_airflow_tracker.mlflow_store import MlflowStore
 
 from tests.conftest import REPO
 
-pytestmark = pytest.mark.integration
+# The pipeline's run (three DDP train apps) takes about four minutes on a busy 2-core machine.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 S3_SECRET = "s3-Secret-Key-Lineage-0042"
 MLFLOW_PASSWORD = "mlflow-Pa55word-Lineage"
@@ -78,6 +79,42 @@ def test_pipeline_succeeds_with_the_triggered_params(pipeline_run):
     assert [t["metadata"]["lr"] for t in trained] == [0.1, 0.4]
     assert {t["metadata"]["epochs"] for t in trained} == {7}
     assert all(Path(t["artifacts"]["model"]["path"]).is_relative_to(out) for t in trained)
+
+
+def test_pipeline_trains_with_ddp_on_two_ranks_that_both_record(pipeline_run):
+    result, _, _ = pipeline_run
+    for i in (0, 1):
+        md = result.xcom("train", map_index=i)["metadata"]
+        # DistributedSampler split the 60 rows over the two ranks; each rank recorded its share
+        assert (md["world_size"], md["backend"]) == (2, "gloo")
+        assert (md["rank0_samples"], md["rank1_samples"]) == (30, 30)
+    for rank in (0, 1):
+        assert result.output.count(f"[train/0] [{rank}]:rank {rank}/2: 30 samples, backend gloo") == 2
+    for lr in (0.1, 0.4):  # rank 0 prints the loss over both ranks' samples every epoch, and it falls
+        losses = [float(x) for x in re.findall(rf"\[0\]:epoch \d+/7 lr={lr} loss=([0-9.]+)", result.output)]
+        assert len(losses) == 7 and losses[-1] < losses[0], losses
+
+
+def test_pipeline_loss_per_epoch_is_an_mlflow_metric_with_steps(pipeline_run, mlflow_uri):
+    from mlflow import MlflowClient
+
+    result, stores, _ = pipeline_run
+    client = MlflowClient(mlflow_uri)
+    for i in (0, 1):
+        handle = result.xcom("train", key="app_handle", map_index=i)
+        history = client.get_metric_history(stores["mlflow"].mlflow_run_id(handle), "train_loss")
+        assert sorted(m.step for m in history) == list(range(1, 8))
+        assert all(m.value > 0 for m in history)
+
+
+def test_evaluate_loads_the_trained_models(pipeline_run):
+    result, _, _ = pipeline_run
+    report = json.loads(Path(result.xcom("evaluate")["artifacts"]["report"]["path"]).read_text())
+    models = {result.xcom("train", map_index=i)["artifacts"]["model"]["path"] for i in (0, 1)}
+    assert {s["model"] for s in report["scores"]} == models
+    assert {s["lr"] for s in report["scores"]} == {0.1, 0.4}  # read from the checkpoints
+    for score in report["scores"]:
+        assert f"lr={score['lr']}: loss {score['loss']:.5f} ({score['model']})" in result.output
 
 
 def test_pipeline_lineage_edges_are_exact_in_both_backends(pipeline_run):
