@@ -5,12 +5,14 @@ pipeline's evaluate run), real TorchX jobs tracking to a local fsspec store whos
 secret (a ``token`` storage option).
 
 Access: SimpleAuthManager cannot restrict one role to some DAGs, but its multi-team mode can: the
-DAGs' bundle belongs to team ``ml``; ``ana`` is a viewer in ``ml``, ``bob`` a viewer in ``other``.
+DAGs' bundle belongs to team ``research``; ``ana`` is a viewer in it, ``bob`` a viewer in ``finance``.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import urllib.parse
 
 import pytest
@@ -18,7 +20,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 STORE_SECRET = "view-Store-T0ken-0077"
-USERS = "admin:admin,ana:viewer:ml,bob:viewer:other"
+USERS = "admin:admin,ana:viewer:research,bob:viewer:finance"
 PASSWORDS = {"admin": "admin-pw", "ana": "ana-pw", "bob": "bob-pw"}
 BUNDLE = "dags-folder"
 
@@ -55,7 +57,7 @@ def _assign_bundle_team(team: str | None) -> None:
         if team is None:
             bundle.teams = []
             return
-        for name in ("ml", "other"):
+        for name in ("research", "finance"):
             if session.get(Team, name) is None:
                 session.add(Team(name=name))
         session.flush()
@@ -79,7 +81,7 @@ def client(runs, tmp_path_factory):
             "AIRFLOW__API_AUTH__JWT_SECRET": "lineage-view-test-secret-" + "x" * 48,
         }.items():
             mp.setenv(name, value)
-        _assign_bundle_team("ml")
+        _assign_bundle_team("research")
         try:
             from airflow.api_fastapi.app import create_app
 
@@ -211,3 +213,42 @@ def test_unknown_dag_run_is_a_404_that_says_what_to_check(client):
     reply = client.get("/torchx/api/lineage/tx_view_pipeline/no-such-run", headers=_token(client, "admin"))
     assert reply.status_code == 404
     assert "'no-such-run'" in reply.json()["detail"] and "does not exist" in reply.json()["detail"]
+
+
+def test_loading_the_plugin_imports_nothing_heavy():
+    """Airflow loads plugins in the DAG processor and in every task: only the API server builds the app."""
+    code = (
+        "import sys; from airflow import plugins_manager; "
+        "plugins = {p.name: p for p in plugins_manager._get_plugins()[0]}; "
+        "assert 'torchx_lineage' in plugins, sorted(plugins); "
+        "heavy = ('torchx_airflow.plugins.app', 'fastapi', 'torchx.schedulers', 'mlflow', 's3fs', 'docker'); "
+        "print([m for m in heavy if m in sys.modules])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout + out.stderr
+
+
+def test_the_drawing_escapes_text_and_links_only_what_a_browser_opens(tmp_path):
+    from torchx_airflow_tracker.fsspec_store import FsspecStore
+
+    from torchx_airflow.plugins.graph import AirflowTask, Seed, build_graph
+    from torchx_airflow.plugins.render import render_page
+
+    store = FsspecStore(str(tmp_path))
+    parent, child = "local_cwd://torchx/a-<b>", "slurm://torchx/7"
+    store.add_source(child, parent, "model")
+    store.add_artifact(parent, "model", "/m/<script>alert(1)</script>.pt")
+    seed = Seed(
+        child,
+        AirflowTask("d", "r", "train", -1, "success"),
+        "SUCCEEDED",
+        {"scheduler_ui": "file:///tmp/logs", "mlflow": "http://mlflow:5000/#/experiments/1/runs/2"},
+    )
+    graph = build_graph([(store, [seed])], depth=2)
+    page = render_page(graph, dag_id="d", run_id="r", static_url="/s", json_url="/j")
+    assert "<script>alert" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert 'href="http://mlflow:5000/#/experiments/1/runs/2" target="_blank"' in page
+    assert "file:///tmp/logs" not in page  # a page cannot open a local directory
+    assert 'class="elabel"' in page and ">model<" in page  # the edge is labelled with its artifact
