@@ -252,3 +252,22 @@ def test_the_drawing_escapes_text_and_links_only_what_a_browser_opens(tmp_path):
     assert 'href="http://mlflow:5000/#/experiments/1/runs/2" target="_blank"' in page
     assert "file:///tmp/logs" not in page  # a page cannot open a local directory
     assert 'class="elabel"' in page and ">model<" in page  # the edge is labelled with its artifact
+
+
+def test_runs_of_a_dag_the_user_cannot_read_keep_only_their_id_and_edges(tmp_path):
+    from torchx_airflow_tracker.fsspec_store import FsspecStore
+
+    from torchx_airflow.plugins.airflow_runs import enrich_other_runs
+    from torchx_airflow.plugins.graph import AirflowTask, Seed, build_graph
+
+    store = FsspecStore(str(tmp_path))
+    secret_parent, child = "slurm://torchx/1", "slurm://torchx/2"
+    store.add_source(child, secret_parent)
+    store.add_metadata(secret_parent, airflow_dag_id="hr_payroll", airflow_run_id="r0", airflow_task_id="t")
+    store.add_artifact(secret_parent, "salaries", "/hr/salaries.parquet")
+    graph = build_graph([(store, [Seed(child, AirflowTask("d", "r", "train"))])], depth=2)
+    assert graph.runs[secret_parent].task.dag_id == "hr_payroll"  # what the tracker knows
+    enrich_other_runs(None, graph, readable_dag_ids={"d"})  # nothing to look up in the DB
+    hidden = graph.to_dict()
+    assert {e["source"] for e in hidden["edges"]} == {secret_parent}
+    assert "hr_payroll" not in str(hidden) and "salaries" not in str(hidden)
