@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from torchx_airflow.plugins.graph import Edge, LineageGraph, RunNode
 
-CARD_W, CARD_H = 300, 96
+CARD_W, CARD_H = 290, 96
 ART_H, ART_GAP, ART_INDENT = 40, 8, 26
-GAP_X, GAP_Y, PAD = 110, 26, 24
+GAP_X, GAP_Y, PAD = 90, 26, 24
 SWEEPS = 4
 STATE_CLASS = {
     "SUCCEEDED": "st-ok",
@@ -42,6 +42,14 @@ def _esc(text: object) -> str:
 
 def _fit(text: str, chars: int) -> str:
     return text if len(text) <= chars else text[: max(1, chars - 1)] + "…"
+
+
+def _fit_middle(text: str, chars: int) -> str:
+    """Paths and handles end in what tells them apart (file name, app id): keep both ends."""
+    if len(text) <= chars:
+        return text
+    tail = (chars - 1) * 3 // 5
+    return text[: chars - 1 - tail] + "…" + text[-tail:]
 
 
 @dataclass
@@ -153,7 +161,7 @@ def _card(p: Placed, selected: bool) -> str:
     else:
         where = f"{node.task.dag_id} · {node.task.run_id}"
     handle = node.handle or node.run_id
-    pill_w = 7 * len(state) + 16
+    pill_w = 7.6 * len(state) + 16
     parts = [
         f'<g class="{" ".join(classes)}" data-run="{_esc(node.run_id)}" '
         f'transform="translate({x:.0f},{y:.0f})">',
@@ -163,8 +171,8 @@ def _card(p: Placed, selected: bool) -> str:
         f'<text class="label" x="18" y="24">{_esc(_fit(node.label, 26))}</text>',
         f'<rect class="pill" x="{CARD_W - pill_w - 10}" y="9" width="{pill_w}" height="20" rx="10"/>',
         f'<text class="pilltext" x="{CARD_W - pill_w / 2 - 10}" y="23">{_esc(state)}</text>',
-        f'<text class="where" x="18" y="45">{_esc(_fit(where, 40))}</text>',
-        f'<text class="handle" x="18" y="64">{_esc(_fit(handle, 42))}</text>',
+        f'<text class="where" x="18" y="45">{_esc(_fit_middle(where, 40))}</text>',
+        f'<text class="handle" x="18" y="64">{_esc(_fit_middle(handle, 38))}</text>',
         f'<g class="links">{_links(node.links, 18, 85)}</g>',
     ]
     ay = CARD_H + ART_GAP
@@ -176,7 +184,7 @@ def _card(p: Placed, selected: bool) -> str:
             f"<title>{_esc(artifact.name)}: {_esc(artifact.path)}</title>",
             f'<rect width="{CARD_W - ART_INDENT}" height="{ART_H}" rx="7"/>',
             f'<text class="aname" x="12" y="16">◆ {_esc(_fit(artifact.name, 34))}</text>',
-            f'<text class="apath" x="12" y="32">{_esc(_fit(artifact.path, 44))}</text>',
+            f'<text class="apath" x="12" y="32">{_esc(_fit_middle(artifact.path, 39))}</text>',
             "</g>",
         ]
         ay += ART_H + ART_GAP
@@ -228,7 +236,7 @@ def _stats(graph: LineageGraph) -> str:
     own = sum(run.in_dag_run for run in runs)
     parts = [
         f"{own} run{'s' * (own != 1)} in this DAG run",
-        f"{len(runs) - own} from other DAG runs",
+        f"{len(runs) - own} from other DAG runs" if len(runs) - own != 1 else "1 from another DAG run",
         f"{len(graph.artifacts)} artifacts",
         f"{len(graph.edges)} edges",
     ]
