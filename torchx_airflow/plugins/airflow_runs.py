@@ -19,7 +19,7 @@ from sqlalchemy import select
 
 from torchx_airflow.lineage import XCOM_RUN_ID
 from torchx_airflow.links.torchx import XCOM_TRACKER_URL, XCOM_UI_URL
-from torchx_airflow.plugins.graph import AirflowTask, LineageGraph, Seed
+from torchx_airflow.plugins.graph import AirflowTask, LineageGraph, RunNode, Seed
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -178,18 +178,19 @@ def enrich_other_runs(session: Session, graph: LineageGraph, readable_dag_ids: s
     for run in others:
         if run.task is not None and run.task.dag_id not in readable_dag_ids:
             run.task, run.artifacts = None, []
-    by_dag: dict[str, list[Any]] = {}
+    by_dag: dict[str, list[tuple[RunNode, AirflowTask]]] = {}
     for run in others:
         if run.task is not None:
-            by_dag.setdefault(run.task.dag_id, []).append(run)
+            by_dag.setdefault(run.task.dag_id, []).append((run, run.task))
     for dag_id, runs in by_dag.items():
         _enrich_dag(session, dag_id, runs)
 
 
-def _enrich_dag(session: Session, dag_id: str, runs: list[Any]) -> None:
+def _enrich_dag(session: Session, dag_id: str, runs: list[tuple[RunNode, AirflowTask]]) -> None:
+    """One query for the task states and one for the XComs of all the DAG's runs in the graph."""
     from airflow.models.taskinstance import TaskInstance as TI
 
-    run_ids = {run.task.run_id for run in runs}
+    run_ids = {task.run_id for _, task in runs}
     rows = session.execute(
         select(TI.run_id, TI.task_id, TI.map_index, TI.state).where(
             TI.dag_id == dag_id, TI.run_id.in_(run_ids)
@@ -197,13 +198,12 @@ def _enrich_dag(session: Session, dag_id: str, runs: list[Any]) -> None:
     )
     states = {(r.run_id, r.task_id, r.map_index): r.state for r in rows}
     xcoms = _xcom_values(session, dag_id, run_ids, XCOM_KEYS)
-    for run in runs:
-        key = (run.task.run_id, run.task.task_id, run.task.map_index)
+    for run, task in runs:
+        key = (task.run_id, task.task_id, task.map_index)
         if key not in states:
             continue  # the DAG run was deleted: the tracker still knows the run
-        seed = _seed(
-            dag_id, key[0], key[1], key[2], states[key], {XCOM_RUN_ID: run.run_id, **xcoms.get(key, {})}
-        )
-        run.task.state = seed.task.state if seed.task else None
+        pushed = {**xcoms.get(key, {}), XCOM_RUN_ID: run.run_id}
+        seed = _seed(dag_id, task.run_id, task.task_id, task.map_index, states[key], pushed)
+        task.state = seed.task.state if seed.task else None
         run.app_state = seed.app_state
         run.links.update(seed.links)

@@ -75,8 +75,9 @@ def load_view(
     except DagRunNotFound as e:
         raise HTTPException(404, str(e)) from e
     warnings: list[str] = []
-    groups = []
+    groups, trackers = [], []
     for group in tracker_groups(tasks):
+        trackers.append(group.conn_ids[0])
         try:
             groups.append((open_first_store(group.conn_ids), [task.seed for task in group.tasks]))
         except Exception as e:  # one broken connection must not hide the other trackers' lineage
@@ -89,8 +90,7 @@ def load_view(
         for task in tasks
         if task.seed.task and task.seed.task.task_id == task_id and task.seed.task.map_index == map_index
     ]
-    trackers = list(dict.fromkeys(conn_ids[0] for conn_ids in (g.conn_ids for g in tracker_groups(tasks))))
-    return LineageView(graph, trackers, selected, warnings)
+    return LineageView(graph, list(dict.fromkeys(trackers)), selected, warnings)
 
 
 def _airflow_base(request: Request) -> str:
