@@ -240,5 +240,6 @@ def test_a_user_who_cannot_read_the_dag_cannot_read_its_lineage(view_stack, view
     assert _get(stack, f"/api/v2/dags/tx_view_pipeline/dagRuns/{run}", "bob")[0] == 403
     page = _login(browser, stack, "bob")
     reply = page.goto(f"{stack.url}/torchx/lineage/tx_view_pipeline/{run}")
-    assert reply.status == 403 and "TorchX lineage" not in page.content()
+    assert reply.status == 403 and "not allowed to read this DAG" in page.content()
+    assert page.locator("svg").count() == 0
     page.screenshot(path=SHOTS / "lineage-3-forbidden.png")

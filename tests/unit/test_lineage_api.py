@@ -203,6 +203,10 @@ def test_a_user_who_cannot_read_the_dag_cannot_read_its_lineage(runs, client):
         assert client.get(path).status_code == 401  # no token, no cookie
         assert client.get(path, headers=_token(client, "bob")).status_code == 403, path
         assert client.get(path, headers=_token(client, "ana")).status_code == 200, path
+    # the tab is an iframe: it says why in a page, and shows nothing of the graph
+    denied = client.get(paths[1], headers=_token(client, "bob")).text
+    assert "not allowed to read this DAG" in denied and "<svg" not in denied
+    assert pipeline.xcom("prepare", "torchx_run_id") not in denied
     # the same answer Airflow's own API gives those users for the DAG run
     airflow_path = f"/api/v2/dags/tx_view_pipeline/dagRuns/{run}"
     assert client.get(airflow_path, headers=_token(client, "bob")).status_code == 403

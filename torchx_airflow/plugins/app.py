@@ -22,7 +22,7 @@ from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessE
 from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from torchx_airflow.plugins import URL_PREFIX
@@ -34,7 +34,7 @@ from torchx_airflow.plugins.airflow_runs import (
     tracker_groups,
 )
 from torchx_airflow.plugins.graph import DEFAULT_DEPTH, MAX_DEPTH, LineageGraph, build_graph
-from torchx_airflow.plugins.render import render_page
+from torchx_airflow.plugins.render import render_error, render_page
 
 log = logging.getLogger(__name__)
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -112,6 +112,15 @@ def create_app() -> FastAPI:
         version="1",
     )
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    @app.exception_handler(HTTPException)
+    def page_or_json_error(request: Request, error: HTTPException) -> HTMLResponse | JSONResponse:
+        """The page (an iframe in the UI) answers errors with a page; the API with Airflow's JSON."""
+        root = str(request.scope.get("root_path", ""))
+        if "/lineage/" in request.url.path and "/api/lineage/" not in request.url.path:
+            page = render_error(error.status_code, str(error.detail), f"{root}/static")
+            return HTMLResponse(page, status_code=error.status_code, headers=error.headers)
+        return JSONResponse({"detail": error.detail}, status_code=error.status_code, headers=error.headers)
 
     @app.get("/api/lineage/{dag_id}/{run_id}", dependencies=CanReadRuns)
     def lineage_json(

@@ -171,8 +171,8 @@ def _card(p: Placed, selected: bool) -> str:
         f'<text class="label" x="18" y="24">{_esc(_fit(node.label, 26))}</text>',
         f'<rect class="pill" x="{CARD_W - pill_w - 10}" y="9" width="{pill_w}" height="20" rx="10"/>',
         f'<text class="pilltext" x="{CARD_W - pill_w / 2 - 10}" y="23">{_esc(state)}</text>',
-        f'<text class="where" x="18" y="45">{_esc(_fit_middle(where, 40))}</text>',
-        f'<text class="handle" x="18" y="64">{_esc(_fit_middle(handle, 38))}</text>',
+        f'<text class="where" x="18" y="45">{_esc(_fit_middle(where, 36))}</text>',
+        f'<text class="handle" x="18" y="64">{_esc(_fit_middle(handle, 40))}</text>',
         f'<g class="links">{_links(node.links, 18, 85)}</g>',
     ]
     ay = CARD_H + ART_GAP
@@ -300,4 +300,21 @@ def render_page(
 {body}
 <script src="{_esc(static_url)}/lineage.js"></script>
 </body></html>
+"""
+
+
+ERROR_TEXT = {
+    401: "Log in to Airflow to see this DAG run's lineage.",
+    403: "You are not allowed to read this DAG's runs, so you cannot see their lineage.",
+    404: "There is no such DAG run.",
+}
+
+
+def render_error(status: int, detail: str, static_url: str) -> str:
+    """A page for the tab when the view cannot be shown (not logged in, no access, no such run)."""
+    message = ERROR_TEXT.get(status, "The lineage view could not be shown.")
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{status}</title>
+<link rel="stylesheet" href="{_esc(static_url)}/lineage.css"></head>
+<body><div class="empty"><h2>{status} · {_esc(message)}</h2><p>{_esc(detail)}</p></div></body></html>
 """
