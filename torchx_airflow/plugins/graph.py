@@ -54,6 +54,7 @@ class AirflowTask:
         return self.task_id if self.map_index < 0 else f"{self.task_id} [{self.map_index}]"
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form, as the lineage endpoint answers it."""
         return {
             "dag_id": self.dag_id,
             "run_id": self.run_id,
@@ -86,6 +87,7 @@ class Artifact:
         return f"{self.run_id}#{self.name}"
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form; ``id`` is ``<run id>#<artifact name>``."""
         return {"id": self.node_id, "run": self.run_id, "name": self.name, "path": self.path}
 
 
@@ -126,6 +128,7 @@ class RunNode:
         return self.task.label if self.task else self.app_name
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form; ``artifacts`` holds the ids of the run's artifact nodes."""
         return {
             "id": self.run_id,
             "label": self.label,
@@ -150,6 +153,7 @@ class Edge:
     artifact_names: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form: artifact names may be empty (an edge recorded without one)."""
         return {"source": self.source, "target": self.target, "artifact_names": list(self.artifact_names)}
 
 
@@ -167,6 +171,7 @@ class LineageGraph:
         return [a for run in self.runs.values() for a in run.artifacts]
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form of the whole graph."""
         return {
             "depth": self.depth,
             "truncated": self.truncated,

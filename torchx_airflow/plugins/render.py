@@ -60,12 +60,9 @@ class Placed:
     x: float
     y: float
 
-    @property
-    def height(self) -> float:
-        return block_height(self.node)
-
 
 def block_height(node: RunNode) -> float:
+    """The height of a run's card with its artifacts under it."""
     return CARD_H + len(node.artifacts) * (ART_H + ART_GAP)
 
 
