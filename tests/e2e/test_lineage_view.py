@@ -209,6 +209,15 @@ def test_lineage_tab_of_the_dag_run_page(view_stack, view_runs, browser):
     view.goto(f"{stack.url}/torchx/lineage/tx_view_pipeline/{urllib.parse.quote(pipeline, safe='')}")
     view.locator("svg.lineage").wait_for()
     view.screenshot(path=SHOTS / "lineage-view.png", full_page=True)
+    # the depth control: from the finetune run, depth 1 reaches only its parent in the other DAG
+    view.goto(f"{stack.url}/torchx/lineage/tx_view_finetune/{urllib.parse.quote(finetune, safe='')}")
+    assert view.locator("g.run").count() == 5
+    view.locator("select[name=depth]").select_option("1")
+    view.wait_for_url(re.compile(r"depth=1"))
+    assert (
+        view.locator("g.run").count() == 2 and "more beyond this depth" in view.locator(".stats").inner_text()
+    )
+    view.screenshot(path=SHOTS / "lineage-4-depth-1.png", full_page=True)
 
 
 def _tuned(stack, finetune: str) -> str:

@@ -275,3 +275,38 @@ def test_runs_of_a_dag_the_user_cannot_read_keep_only_their_id_and_edges(tmp_pat
     hidden = graph.to_dict()
     assert {e["source"] for e in hidden["edges"]} == {secret_parent}
     assert "hr_payroll" not in str(hidden) and "salaries" not in str(hidden)
+
+
+class UnreachableStore:
+    """Stands in for a tracker store whose server is down (an outage cannot be produced here on demand)."""
+
+    def __repr__(self) -> str:
+        return "UnreachableStore()"
+
+    def sources(self, run_id):
+        raise ConnectionError("store is down")
+
+
+def test_a_broken_tracker_or_connection_is_a_warning_not_a_failed_view(tmp_path):
+    from torchx_airflow_tracker.fsspec_store import FsspecStore
+
+    from torchx_airflow.plugins.airflow_runs import TrackedTask, tracker_groups
+    from torchx_airflow.plugins.graph import Seed, build_graph
+
+    store = FsspecStore(str(tmp_path))
+    store.add_source("slurm://torchx/2", "slurm://torchx/1")
+    graph = build_graph(
+        [(UnreachableStore(), [Seed("slurm://torchx/9")]), (store, [Seed("slurm://torchx/2")])], depth=2
+    )
+    assert set(graph.runs) == {"slurm://torchx/1", "slurm://torchx/2"}
+    assert graph.warnings == [
+        "Tracker store UnreachableStore() could not be read: ConnectionError: store is down"
+    ]
+    tasks = [
+        TrackedTask(Seed("slurm://torchx/3"), tracker_conn_ids=None, torchx_conn_id="no_such_torchx_conn"),
+        TrackedTask(Seed("slurm://torchx/4"), tracker_conn_ids=("view_fs",)),
+    ]
+    groups, warnings = tracker_groups(tasks)
+    assert [g.conn_ids for g in groups] == [("view_fs",)]
+    (warning,) = warnings
+    assert "'no_such_torchx_conn'" in warning and "not shown" in warning

@@ -145,20 +145,34 @@ def tracked_tasks(session: Session, dag_id: str, run_id: str) -> list[TrackedTas
     return tasks
 
 
-def tracker_groups(tasks: Sequence[TrackedTask]) -> list[TrackerGroup]:
-    """Tasks grouped by the tracker connections they used (the torchx connection's when not set)."""
+def tracker_groups(tasks: Sequence[TrackedTask]) -> tuple[list[TrackerGroup], list[str]]:
+    """Tasks grouped by the tracker connections they used (the torchx connection's when not set).
+
+    Returns the groups and, for a torchx connection that cannot be read, a warning naming it:
+    its tasks' runs are left out rather than failing the whole view.
+    """
     from torchx_airflow.hooks.torchx import TorchXHook
 
     defaults: dict[str, tuple[str, ...]] = {}
+    warnings: dict[str, str] = {}
     groups: dict[tuple[str, ...], TrackerGroup] = {}
     for task in tasks:
         conn_ids = task.tracker_conn_ids
         if conn_ids is None:
-            if task.torchx_conn_id not in defaults:
-                defaults[task.torchx_conn_id] = tuple(TorchXHook(task.torchx_conn_id).settings.trackers)
-            conn_ids = defaults[task.torchx_conn_id]
+            conn_id = task.torchx_conn_id
+            if conn_id not in defaults and conn_id not in warnings:
+                try:
+                    defaults[conn_id] = tuple(TorchXHook(conn_id).settings.trackers)
+                except Exception as e:
+                    warnings[conn_id] = (
+                        f"The runs of tasks using torchx connection {conn_id!r} are not shown: its "
+                        f"trackers cannot be read ({type(e).__name__}: {e})."
+                    )
+            if conn_id in warnings:
+                continue
+            conn_ids = defaults[conn_id]
         groups.setdefault(conn_ids, TrackerGroup(conn_ids)).tasks.append(task)
-    return [group for group in groups.values() if group.conn_ids]
+    return [group for group in groups.values() if group.conn_ids], list(warnings.values())
 
 
 def open_first_store(conn_ids: Sequence[str]) -> TrackerBase:

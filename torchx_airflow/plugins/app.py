@@ -74,9 +74,9 @@ def load_view(
         tasks = tracked_tasks(session, dag_id, run_id)
     except DagRunNotFound as e:
         raise HTTPException(404, str(e)) from e
-    warnings: list[str] = []
+    tracker_sets, warnings = tracker_groups(tasks)
     groups, trackers = [], []
-    for group in tracker_groups(tasks):
+    for group in tracker_sets:
         trackers.append(group.conn_ids[0])
         try:
             groups.append((open_first_store(group.conn_ids), [task.seed for task in group.tasks]))
@@ -90,7 +90,7 @@ def load_view(
         for task in tasks
         if task.seed.task and task.seed.task.task_id == task_id and task.seed.task.map_index == map_index
     ]
-    return LineageView(graph, list(dict.fromkeys(trackers)), selected, warnings)
+    return LineageView(graph, list(dict.fromkeys(trackers)), selected, warnings + graph.warnings)
 
 
 def _airflow_base(request: Request) -> str:

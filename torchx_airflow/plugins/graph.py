@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from torchx.tracker.api import TrackerBase
+
+log = logging.getLogger(__name__)
 
 DEFAULT_DEPTH = 3
 MAX_DEPTH = 50
@@ -165,6 +168,7 @@ class LineageGraph:
     edges: list[Edge]
     depth: int
     truncated: bool = False  # True when the walk stopped at ``depth`` with more runs beyond it
+    warnings: list[str] = field(default_factory=list)  # stores that failed while being read
 
     @property
     def artifacts(self) -> list[Artifact]:
@@ -271,15 +275,18 @@ def build_graph(stores_and_seeds: Sequence[tuple[TrackerBase, Sequence[Seed]]], 
     runs: dict[str, RunNode] = {}
     edges: dict[tuple[str, str], set[str]] = {}
     truncated = False
+    warnings: list[str] = []
     for store, seeds in stores_and_seeds:
-        walk = _Walk(store, depth)
-        walk.run(seed.run_id for seed in seeds)
+        try:
+            walk, details = _read_store(store, seeds, depth, known=runs)
+        except Exception as e:  # a store that fails mid-walk must not hide the other stores' lineage
+            log.warning("Lineage view: reading %r failed: %s: %s", store, type(e).__name__, e)
+            warnings.append(f"Tracker store {store!r} could not be read: {type(e).__name__}: {e}")
+            continue
         truncated = truncated or walk.truncated
         for key, names in walk.edges.items():
             edges.setdefault(key, set()).update(names)
-        new = [run_id for run_id in walk.distance if run_id not in runs]
-        details = _parallel_map(functools.partial(_details, store), new)
-        for run_id, (task, artifacts) in zip(new, details, strict=True):
+        for run_id, (task, artifacts) in details.items():
             runs[run_id] = RunNode(run_id, walk.distance[run_id], task=task, artifacts=artifacts)
         for seed in seeds:
             node = runs[seed.run_id]
@@ -292,4 +299,15 @@ def build_graph(stores_and_seeds: Sequence[tuple[TrackerBase, Sequence[Seed]]], 
         edges=[Edge(s, t, tuple(sorted(names))) for (s, t), names in sorted(edges.items())],
         depth=depth,
         truncated=truncated,
+        warnings=warnings,
     )
+
+
+def _read_store(
+    store: TrackerBase, seeds: Sequence[Seed], depth: int, known: Mapping[str, RunNode]
+) -> tuple[_Walk, dict[str, tuple[AirflowTask | None, list[Artifact]]]]:
+    """One store's walk from its seeds, and the details of the runs not already known."""
+    walk = _Walk(store, depth)
+    walk.run(seed.run_id for seed in seeds)
+    new = [run_id for run_id in walk.distance if run_id not in known]
+    return walk, dict(zip(new, _parallel_map(functools.partial(_details, store), new), strict=True))
