@@ -228,14 +228,19 @@ def render_svg(graph: LineageGraph, selected: Iterable[str] = ()) -> str:
     )
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'s' * (number != 1)}"
+
+
 def _stats(graph: LineageGraph) -> str:
     runs = list(graph.runs.values())
     own = sum(run.in_dag_run for run in runs)
+    others = len(runs) - own
     parts = [
-        f"{own} run{'s' * (own != 1)} in this DAG run",
-        f"{len(runs) - own} from other DAG runs" if len(runs) - own != 1 else "1 from another DAG run",
-        f"{len(graph.artifacts)} artifacts",
-        f"{len(graph.edges)} edges",
+        f"{_count(own, 'run')} in this DAG run",
+        "1 from another DAG run" if others == 1 else f"{others} from other DAG runs",
+        _count(len(graph.artifacts), "artifact"),
+        _count(len(graph.edges), "edge"),
     ]
     if graph.truncated:
         parts.append("more beyond this depth")
