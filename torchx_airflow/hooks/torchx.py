@@ -383,11 +383,17 @@ class TorchXHook(BaseHook):
         return answer[app_handle]
 
     def wait(self, app_handle: str, wait_interval: float = 10) -> AppStatus | None:
-        """Block until the app is terminal; None if its scheduler does not know it."""
+        """Block until the app is terminal; None if its scheduler does not know it.
+
+        Failing status queries follow the one retry policy (``torchx_airflow.retry``).
+        """
         import time
 
+        from torchx_airflow.retry import status_retrying
+
+        poll = status_retrying(f"Status of TorchX app {app_handle}", max_wait=wait_interval)
         while True:
-            status = self.status(app_handle)
+            status = poll(self.status, app_handle)
             if status is None or status.is_terminal():
                 return status
             time.sleep(wait_interval)
