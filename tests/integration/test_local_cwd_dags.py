@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import AIRFLOW, REPO, collect_run
+from tests.conftest import AIRFLOW, collect_run
 from tests.dags.torchx_test_dags import HELLO, SECRET
 
 pytestmark = pytest.mark.integration
