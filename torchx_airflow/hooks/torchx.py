@@ -294,10 +294,13 @@ class TorchXHook(BaseHook):
         a Slurm job's work dir, serves the log readers too)."""
         from torchx_airflow.schedulers import support_for
 
-        supports = self.__dict__.setdefault("_supports", {})
-        if scheduler not in supports:
-            supports[scheduler] = support_for(self.check_scheduler(scheduler), self.runner)
-        return supports[scheduler]
+        if scheduler not in self._supports:
+            self._supports[scheduler] = support_for(self.check_scheduler(scheduler), self.runner)
+        return self._supports[scheduler]
+
+    @cached_property
+    def _supports(self) -> dict[str, SchedulerSupport]:
+        return {}
 
     def dryrun(
         self,
