@@ -148,6 +148,7 @@ def test_a_job_scancelled_outside_airflow_is_cancelled_for_the_hook_and_a_recrea
     )
     assert status.state.name == "CANCELLED"
     assert status.msg.startswith("CANCELLED by "), status.msg  # TorchX 0.7 raised on this state
+    slurm_hook.cancel(handle)  # a task killed now: nothing left to cancel, and no error
 
     classpath, kwargs = TorchXAppTrigger(
         app_handle=handle, torchx_conn_id="torchx_slurm", poll_interval=1

@@ -294,10 +294,13 @@ class TorchXHook(BaseHook):
         a Slurm job's work dir, serves the log readers too)."""
         from torchx_airflow.schedulers import support_for
 
-        supports = self.__dict__.setdefault("_supports", {})
-        if scheduler not in supports:
-            supports[scheduler] = support_for(self.check_scheduler(scheduler), self.runner)
-        return supports[scheduler]
+        if scheduler not in self._supports:
+            self._supports[scheduler] = support_for(self.check_scheduler(scheduler), self.runner)
+        return self._supports[scheduler]
+
+    @cached_property
+    def _supports(self) -> dict[str, SchedulerSupport]:
+        return {}
 
     def dryrun(
         self,
@@ -383,11 +386,17 @@ class TorchXHook(BaseHook):
         return answer[app_handle]
 
     def wait(self, app_handle: str, wait_interval: float = 10) -> AppStatus | None:
-        """Block until the app is terminal; None if its scheduler does not know it."""
+        """Block until the app is terminal; None if its scheduler does not know it.
+
+        Failing status queries follow the one retry policy (``torchx_airflow.retry``).
+        """
         import time
 
+        from torchx_airflow.retry import status_retrying
+
+        poll = status_retrying(f"Status of TorchX app {app_handle}", max_wait=wait_interval)
         while True:
-            status = self.status(app_handle)
+            status = poll(self.status, app_handle)
             if status is None or status.is_terminal():
                 return status
             time.sleep(wait_interval)
