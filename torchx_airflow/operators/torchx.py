@@ -222,7 +222,7 @@ class TorchXDryRunOperator(BaseOperator):
         """Dry-run ``app`` through the hook; log the request and return it with its summary."""
         scheduler = self.hook.scheduler
         cfg = self.hook.resolve_cfg(scheduler, self.hook.cfg)
-        info = self.hook.dryrun(app, scheduler, cfg)
+        info = self.hook.dryrun(app, scheduler, cfg, secret_env_names=self.trackers.secret_env_names())
         summary = summarize_dryrun(info, app, scheduler, cfg)
         summary["trackers"] = self.trackers.conn_ids
         self.log.info(
