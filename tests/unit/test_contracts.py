@@ -69,7 +69,7 @@ class FakeSchedulerHook:
     def resolve_cfg(self, scheduler: str, cfg: dict) -> dict:
         return {}
 
-    def dryrun(self, app: Any, scheduler: Any = None, cfg: Any = None) -> str:
+    def dryrun(self, app: Any, scheduler: Any = None, cfg: Any = None, **kwargs: Any) -> str:
         return "sbatch --parsable torchx-sbatch.sh"
 
     def log_streams(self, handle: str) -> tuple:
