@@ -147,7 +147,9 @@ def test_run_option_strings_are_converted_where_the_meaning_is_certain():
     assert docker["copy_env"] == ["A", "B"]
     assert docker["env"] == {"K": "v", "L": "w:x"}
     assert docker["privileged"] is False
-    assert hook.resolve_cfg("aws_batch", {"queue": "q", "priority": " 7 "})["priority"] == 7
+    from tests.unit.test_bad_inputs import INT_OPTION, INT_SCHEDULER
+
+    assert hook.resolve_cfg(INT_SCHEDULER, {"queue": "q", INT_OPTION: " 7 "})[INT_OPTION] == 7
 
 
 def test_a_bad_value_from_the_task_names_the_tasks_cfg(monkeypatch):
