@@ -160,12 +160,16 @@ def summarize_dryrun(
     """JSON-safe summary of what would be submitted; ``request`` is the scheduler's request as text."""
     from torchx_airflow.secrets import redact_text
 
+    # What TorchX will submit: TorchX main dry-runs a copy of the app (with TORCHX_JOB_ID and the
+    # tracker variables in each role's env) and returns it as the public `app`; 0.7 has no such
+    # attribute and fills in the caller's app itself.
+    submitted = getattr(dryrun_info, "app", None) or app
     return {
         "scheduler": scheduler,
-        "app_name": app.name,
+        "app_name": submitted.name,
         "cfg": json_safe(dict(cfg)),
-        "roles": [summarize_role(role) for role in app.roles],
-        "request": redact_text(str(dryrun_info), app),
+        "roles": [summarize_role(role) for role in submitted.roles],
+        "request": redact_text(str(dryrun_info), submitted),
     }
 
 

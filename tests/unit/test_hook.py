@@ -170,3 +170,16 @@ def test_test_connection_names_the_trackers_it_checked(monkeypatch, tmp_path):
     ok, message = TorchXHook("tx_tracked").test_connection()
     assert ok, message
     assert "trackers ['fs_for_tx'] are defined" in message
+
+
+def test_dry_run_summary_describes_what_torchx_submits():
+    """TorchX main dry-runs a copy of the app; the summary must still show the env TorchX adds."""
+    from torchx_airflow.apps import build_app_from_component, summarize_dryrun
+
+    hook = TorchXHook()
+    app = build_app_from_component("utils.echo", ["--msg", "hi"])
+    app.roles[0].env["SERVICE_API_KEY"] = "summary-secret-4411"
+    summary = summarize_dryrun(hook.dryrun(app, "local_cwd", {}), app, "local_cwd", {})
+    (role,) = summary["roles"]
+    assert {"SERVICE_API_KEY", "TORCHX_JOB_ID"} <= set(role["env_names"])
+    assert "summary-secret-4411" not in summary["request"]
