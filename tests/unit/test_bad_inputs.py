@@ -272,3 +272,28 @@ def test_bad_component_or_arguments(component, component_args, shown, fix):
     with pytest.raises(TorchXInputError) as err:
         build_app_from_component(component, normalize_component_args(component_args))
     _assert_named(str(err.value), shown, fix)
+
+
+# Operator parameters (the operator's own checks; rows for the errors it raises today): each is
+# raised by the constructor or on the way to the dry run, before anything is submitted.
+OPERATOR_ROWS = [
+    pytest.param({}, "got component=None", "give exactly one of 'component'", id="no-component-no-app"),
+    pytest.param({"component_args": '--msg "x'}, "'--msg \"x'", "Close the quote", id="component_args-quote"),
+    pytest.param({"tracker_conn_ids": 5}, "got 5", '["torchx_fsspec_default"', id="tracker_conn_ids-int"),
+    pytest.param({"cfg": {"prepend_cwd": "maybe"}}, "the task's 'cfg'", "Write true or false", id="cfg-bool"),
+    pytest.param({"scheduler": "slurmm"}, "the task's 'scheduler'", "Did you mean 'slurm'?", id="scheduler"),
+    pytest.param({"poll_interval": 0}, "got 0", "positive number of seconds", id="poll_interval"),
+    pytest.param({"max_log_lines": -1}, "got -1", "0 or more", id="max_log_lines"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "shown", "fix"), OPERATOR_ROWS)
+def test_bad_operator_parameter(kwargs, shown, fix):
+    from torchx_airflow.operators.torchx import TorchXOperator
+
+    if kwargs:
+        kwargs = {"component": "utils.echo", "tracker_conn_ids": [], **kwargs}
+    with pytest.raises(TorchXInputError) as err:
+        op = TorchXOperator(task_id="bad_param", **kwargs)
+        op.hook.dryrun(op.build_app())
+    _assert_named(str(err.value), shown, fix)

@@ -326,12 +326,16 @@ def normalize_conn_ids(value: str | Sequence[str] | None, where: str) -> tuple[s
         return None
     if isinstance(value, str):
         value = value.split(",")
-    if not all(isinstance(v, str) for v in value):
+    if (
+        isinstance(value, bytes | Mapping)
+        or not isinstance(value, Iterable)
+        or not all(isinstance(v, str) for v in value)
+    ):
         raise TorchXConnectionError(
-            f"{where}: tracker_conn_ids must be connection ids (a list of strings), got {value!r}."
+            f"{where}: tracker_conn_ids must be connection ids (a list of strings), got {value!r}. "
+            'Write it as e.g. ["torchx_fsspec_default", "mlflow_default"], or [] to track nothing.'
         )
-    ids = tuple(dict.fromkeys(v.strip() for v in value if v.strip()))
-    return ids
+    return tuple(dict.fromkeys(v.strip() for v in value if v.strip()))
 
 
 class TrackerSet:
