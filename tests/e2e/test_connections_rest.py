@@ -1,5 +1,6 @@
-"""Connection "Test" through a running API server: `POST /api/v2/connections/test`, the request the UI's
-Test button sends, for a good and a bad connection of each of the provider's types."""
+"""Connection "Test" the ways Airflow offers it: `POST /api/v2/connections/test` on a running API server
+(the request the UI's Test button sends) and `airflow connections test`, for a good and a bad
+connection of each of the provider's types."""
 
 from __future__ import annotations
 
@@ -72,3 +73,36 @@ def test_mlflow_connections(api_server, mlflow_uri):
     assert bad["status"] is False, bad
     assert "opening the experiment failed" in bad["message"]
     assert SECRET not in bad["message"]
+
+
+def test_cli_connections_test(tmp_path):
+    """`airflow connections test`, the CLI's path to the same hooks (connections from the environment)."""
+    import os
+    import subprocess
+
+    from tests.conftest import AIRFLOW
+
+    env = {
+        **os.environ,
+        "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
+        "AIRFLOW_CONN_CLI_FS": json.dumps({"conn_type": "torchx_fsspec", "extra": {"root": str(tmp_path)}}),
+        "AIRFLOW_CONN_CLI_TX": json.dumps(
+            {"conn_type": "torchx", "extra": {"cfg": {"prepend_cwd": "maybe"}}}
+        ),
+        "AIRFLOW_CONN_CLI_ML": json.dumps({"conn_type": "mlflow", "host": "ftp://m", "password": SECRET}),
+    }
+
+    def cli_test(conn_id: str) -> str:
+        proc = subprocess.run(
+            [AIRFLOW, "connections", "test", conn_id], env=env, capture_output=True, text=True, timeout=180
+        )
+        return " ".join((proc.stdout + proc.stderr).split())  # the console wraps long lines
+
+    fs = cli_test("cli_fs")
+    assert "Connection success!" in fs, fs
+    assert list((tmp_path / ".torchx-airflow-probe").iterdir()) == []  # the probe was written and removed
+    tx = cli_test("cli_tx")
+    assert "Connection failed!" in tx and "got 'maybe' (str). Write true or false." in tx, tx
+    ml = cli_test("cli_ml")
+    assert "Connection failed!" in ml and "has scheme 'ftp', which MLflow does not take" in ml, ml
+    assert SECRET not in ml
