@@ -84,7 +84,7 @@ def parse_json_object(
             raise TorchXConnectionError(
                 f"Connection {conn_id!r}: extra {key!r} is not valid JSON{reason}{shown}. "
                 f"Write it as a JSON object, e.g. {example}."
-            ) from None
+            ) from (e if show_value else None)  # the decoder's error holds the text it read
     if not isinstance(value, dict):
         raise TorchXConnectionError(
             f"Connection {conn_id!r}: extra {key!r} must be a JSON object, got a {type(value).__name__}"
@@ -107,7 +107,7 @@ def _parse_trackers(conn_id: str, value: Any) -> tuple[str, ...]:
             raise TorchXConnectionError(
                 f"Connection {conn_id!r}: extra 'trackers' is not a valid JSON list ({e}): {value!r}. "
                 f"Write it as e.g. {_TRACKERS_EXAMPLE}."
-            ) from None
+            ) from e
     elif isinstance(value, str):
         value = value.split(",")
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
