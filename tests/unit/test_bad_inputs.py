@@ -39,6 +39,16 @@ def row(conn_type: str, fields: dict[str, Any], shown: str, fix: str, id: str): 
 
 
 CONNECTION_ROWS = [
+    # every type: an extra key it does not have (a typo would silently mean the default)
+    row(TX, {"extra": {"schedular": "slurm"}}, "'schedular'", "Did you mean 'scheduler'?", "extra-key"),
+    row(
+        FS,
+        {"extra": {"root": "/r", "storage_option": {}}},
+        "'storage_option'",
+        "'storage_options'?",
+        "extra-key",
+    ),
+    row(ML, {"host": "http://m", "extra": {"experimnet": "x"}}, "'experimnet'", "'experiment'?", "extra-key"),
     # torchx: scheduler
     row(TX, {"extra": {"scheduler": 3}}, "got 3", "Write it as a JSON string", "scheduler-not-str"),
     row(TX, {"extra": {"scheduler": "slurmm"}}, "'slurmm'", "Did you mean 'slurm'?", "scheduler-typo"),

@@ -47,6 +47,8 @@ class TorchXConnectionSettings:
     def from_extra(cls, conn_id: str, extra: Mapping[str, Any]) -> TorchXConnectionSettings:
         """Parse a connection's extra; UI-prefixed keys (``extra__torchx__cfg``) are accepted too."""
 
+        check_extra_keys(conn_id, "torchx", extra, ("scheduler", "cfg", "trackers"))
+
         def get(key: str) -> Any:
             value = extra.get(key, extra.get(f"extra__torchx__{key}"))
             return None if value == "" else value
@@ -63,6 +65,22 @@ class TorchXConnectionSettings:
             cfg=parse_json_object(conn_id, "cfg", get("cfg"), '{"partition": "gpu", "time": "01:00:00"}'),
             trackers=_parse_trackers(conn_id, get("trackers")),
         )
+
+
+def check_extra_keys(conn_id: str, conn_type: str, extra: Mapping[str, Any], known: Iterable[str]) -> None:
+    """Refuse an extra key the connection type does not have (a typo would silently mean a default).
+
+    Keys as the connection form stores them (``extra__<conn_type>__<key>``) are accepted too.
+    """
+    known = list(known)
+    for key in extra:
+        if str(key).removeprefix(f"extra__{conn_type}__") not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"Did you mean {close[0]!r}? " if close else ""
+            raise TorchXConnectionError(
+                f"Connection {conn_id!r}: extra {key!r} is not a field of a {conn_type!r} connection. "
+                f"{hint}Its fields are {', '.join(map(repr, known))}; rename or remove {key!r}."
+            )
 
 
 def parse_json_object(

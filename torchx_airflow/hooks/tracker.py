@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook
 
 from torchx_airflow.exceptions import TorchXConnectionError
-from torchx_airflow.hooks.torchx import parse_json_object
+from torchx_airflow.hooks.torchx import check_extra_keys, parse_json_object
 from torchx_airflow.hooks.tracker_fields import (
     add_fsspec_credentials,
     check_mlflow_credentials,
@@ -169,6 +169,7 @@ class TorchXFsspecHook(_TrackerHook):
 
     def backend(self) -> TrackerBackend:
         conn = self.connection
+        check_extra_keys(self.conn_id, self.conn_type, conn.extra_dejson, ("root", "storage_options"))
         root = fsspec_root(self.conn_id, _extra(conn, self.conn_type, "root"), self.example_env())
         options = parse_json_object(
             self.conn_id,
@@ -247,6 +248,7 @@ class MlflowTrackerHook(_TrackerHook):
 
     def backend(self) -> TrackerBackend:
         conn = self.connection
+        check_extra_keys(self.conn_id, self.conn_type, conn.extra_dejson, ("experiment",))
         uri = self.tracking_uri()
         experiment = _extra(conn, self.conn_type, "experiment")
         if experiment is not None and not isinstance(experiment, str):
