@@ -21,13 +21,15 @@ from airflow.sdk.log import mask_secret, redact
 if TYPE_CHECKING:
     from torchx.specs import AppDef
 
-__all__ = ["is_sensitive_name", "mask_secret", "mask_sensitive_env", "redact_text"]
+__all__ = ["mask_secret", "mask_sensitive_env", "redact_text", "should_hide_value_for_key"]
 
 
-def is_sensitive_name(name: str) -> bool:
+def should_hide_value_for_key(name: str) -> bool:
     """Whether Airflow hides a value stored under ``name`` (``API_KEY``, ``*_SECRET``, ``password``...).
 
-    >>> is_sensitive_name("MLFLOW_TRACKING_PASSWORD"), is_sensitive_name("LR")
+    Airflow's function of that name lives in a private module; this one asks the public ``redact``.
+
+    >>> should_hide_value_for_key("MLFLOW_TRACKING_PASSWORD"), should_hide_value_for_key("LR")
     (True, False)
     """
     probe = uuid.uuid4().hex  # matches no registered secret: only the name can make redact hide it

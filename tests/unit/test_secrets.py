@@ -5,17 +5,17 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from torchx_airflow.secrets import is_sensitive_name, mask_sensitive_env, redact_text
+from torchx_airflow.secrets import mask_sensitive_env, redact_text, should_hide_value_for_key
 
 PROVIDER = Path(__file__).resolve().parents[2] / "torchx_airflow"
 
 
 def test_sensitive_names_follow_airflows_list():
-    assert is_sensitive_name("MLFLOW_TRACKING_PASSWORD")
-    assert is_sensitive_name("api_key")
-    assert is_sensitive_name("token")
-    assert not is_sensitive_name("LEARNING_RATE")
-    assert not is_sensitive_name("endpoint_url")
+    assert should_hide_value_for_key("MLFLOW_TRACKING_PASSWORD")
+    assert should_hide_value_for_key("api_key")
+    assert should_hide_value_for_key("token")
+    assert not should_hide_value_for_key("LEARNING_RATE")
+    assert not should_hide_value_for_key("endpoint_url")
 
 
 def test_only_sensitive_env_values_are_masked():

@@ -18,7 +18,7 @@ import os
 import re
 import signal
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +47,7 @@ class TorchXConnectionSettings:
     def from_extra(cls, conn_id: str, extra: Mapping[str, Any]) -> TorchXConnectionSettings:
         """Parse a connection's extra; UI-prefixed keys (``extra__torchx__cfg``) are accepted too."""
 
-        check_extra_keys(conn_id, "torchx", extra, ("scheduler", "cfg", "trackers"))
+        check_extra_keys(conn_id, "torchx", extra, (f.name for f in fields(cls)))  # one per setting
 
         def get(key: str) -> Any:
             value = extra.get(key, extra.get(f"extra__torchx__{key}"))

@@ -37,7 +37,7 @@ from torchx_airflow.hooks.tracker_fields import (
     fsspec_root,
     mlflow_tracking_uri,
 )
-from torchx_airflow.secrets import is_sensitive_name, mask_secret
+from torchx_airflow.secrets import mask_secret, should_hide_value_for_key
 
 if TYPE_CHECKING:
     from airflow.sdk import Connection
@@ -105,7 +105,7 @@ def _sensitive_values(options: Mapping[str, Any], prefix: str = "") -> Iterable[
     for key, value in options.items():
         if isinstance(value, Mapping):
             yield from _sensitive_values(value, f"{prefix}{key}.")
-        elif isinstance(value, str) and value and is_sensitive_name(str(key)):
+        elif isinstance(value, str) and value and should_hide_value_for_key(str(key)):
             yield value
 
 
