@@ -2,7 +2,20 @@
 # Both set themselves up: a virtual environment in .venv and an Airflow home in .airflow (git-ignored).
 
 PYTHON ?= python3
+# Which TorchX the environment gets: `release` (the torchx release on PyPI, what CI runs) or `nightly`
+# (TorchX main as published by torchx-nightly, in its own .venv-nightly so the release one stays intact):
+#   TORCHX=nightly make test
+TORCHX ?= release
+TORCHX_NIGHTLY ?= 2026.10.26
+ifeq ($(TORCHX),release)
 VENV ?= $(CURDIR)/.venv
+STAMP = $(VENV)/.installed
+else ifeq ($(TORCHX),nightly)
+VENV ?= $(CURDIR)/.venv-nightly
+STAMP = $(VENV)/.installed-nightly-$(TORCHX_NIGHTLY)
+else
+$(error TORCHX must be 'release' or 'nightly', got '$(TORCHX)': run `make test` or `TORCHX=nightly make test`)
+endif
 BIN := $(VENV)/bin
 export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export AIRFLOW__CORE__DAGS_FOLDER ?= $(CURDIR)/dags
@@ -22,14 +35,22 @@ STACK_ENV = AIRFLOW_PORT=$(AIRFLOW_PORT) MLFLOW_PORT=$(MLFLOW_PORT) AIRFLOW_LOG_
 
 .PHONY: install demo test lint clean up down slurm-up slurm-down
 
-install: $(VENV)/.installed
+install: $(STAMP)
 
-$(VENV)/.installed: pyproject.toml tracker/pyproject.toml
+$(STAMP): pyproject.toml tracker/pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is needed, found " + sys.version' 
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(TORCH)
 	$(BIN)/python -m pip install --quiet -e './tracker[mlflow,s3]' -e '.[test,examples]'
+ifeq ($(TORCHX),nightly)
+	# torchx-nightly ships the same `torchx` package as the release: remove the release first
+	$(BIN)/python -m pip uninstall --quiet -y torchx
+	$(BIN)/python -m pip install --quiet 'torchx-nightly==$(TORCHX_NIGHTLY)'
+	# again without deps: a re-install of the release above removed files both distributions own
+	$(BIN)/python -m pip install --quiet --force-reinstall --no-deps 'torchx-nightly==$(TORCHX_NIGHTLY)'
+endif
+	$(BIN)/python -c 'import torchx; print("TorchX", torchx.__version__, "in", "$(VENV)")'
 	touch $@
 
 demo: install

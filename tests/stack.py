@@ -55,6 +55,8 @@ class AirflowStack:
             "AIRFLOW_PORT": str(self.port),
             "AIRFLOW_LOG_PORT": str(self.log_port),
             "AIRFLOW_ADMIN_PASSWORD": self.password,
+            # the UI's, REST API's and CLI's connection "Test" (off by default in Airflow)
+            "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
             **self.env_extra,
         }
 
@@ -74,6 +76,29 @@ class AirflowStack:
     def up(self) -> AirflowStack:
         self.script("up")
         return self
+
+    def up_api_server(self, timeout: float = 240) -> AirflowStack:
+        """Only the home and the API server: enough for REST calls that run no task."""
+        subprocess.run(
+            ["bash", str(REPO / "scripts" / "airflow-home.sh")],
+            env=self.env,
+            cwd=self.home,
+            check=True,
+            capture_output=True,
+            timeout=timeout,
+        )
+        self.script("start", "api-server")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.url}/api/v2/monitor/health", timeout=5) as resp:
+                    if json.load(resp)["metadatabase"]["status"] == "healthy":
+                        return self
+            except (OSError, ValueError, KeyError):
+                pass
+            time.sleep(1)
+        log = self.home / "stack" / "api-server.log"
+        raise TimeoutError(f"API server not up within {timeout} s:\n{log.read_text()[-3000:]}")
 
     def down(self) -> None:
         self.script("down", timeout=120)

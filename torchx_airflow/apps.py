@@ -41,19 +41,33 @@ def scheduler_of(app_handle: str) -> str:
     return check_app_handle(app_handle).split("://", 1)[0]
 
 
+_ARGS_EXAMPLE = '["--script", "train.py", "--", "--lr", "0.1"]'
+
+
 def normalize_component_args(component_args: str | Sequence[object] | None) -> list[str]:
     """Component arguments as a list of strings, as ``torchx run`` receives them.
 
     A string is split like a shell would; numbers are turned into strings; anything else is refused.
+
+    >>> normalize_component_args("--script train.py -- --name 'a b'")
+    ['--script', 'train.py', '--', '--name', 'a b']
     """
     if component_args is None:
         return []
     if isinstance(component_args, str):
-        return shlex.split(component_args)
-    if not isinstance(component_args, Sequence):
+        try:
+            return shlex.split(component_args)
+        except ValueError as e:  # "No closing quotation", "No escaped character"
+            raise TorchXComponentError(
+                f"component_args {component_args!r} cannot be split into arguments like a shell "
+                f"command line: {e}. Close the quote (or escape it with a backslash), or pass the "
+                f"arguments as a list, e.g. {_ARGS_EXAMPLE}."
+            ) from None
+    if isinstance(component_args, bytes | bytearray) or not isinstance(component_args, Sequence):
         raise TorchXComponentError(
-            f"component_args must be a list of strings, got {component_args!r}. "
-            'Pass them as on the torchx command line, e.g. ["--script", "train.py", "--", "--lr", "0.1"].'
+            f"component_args must be a list of strings, got {component_args!r} "
+            f"({type(component_args).__name__}). Pass them as on the torchx command line, "
+            f"e.g. {_ARGS_EXAMPLE}."
         )
     args: list[str] = []
     for arg in component_args:
@@ -75,6 +89,11 @@ def build_app_from_component(component: str, component_args: Sequence[str]) -> A
     from torchx.specs.builders import materialize_appdef
     from torchx.specs.finder import ComponentNotFoundException, ComponentValidationException, get_component
 
+    if not isinstance(component, str) or not component.strip():
+        raise TorchXComponentError(
+            f"component must name a TorchX component, got {component!r}. Use a builtin such as "
+            "'utils.python' or 'dist.ddp', or 'path/to/components.py:function'."
+        )
     try:
         component_def = get_component(component)
     except (ComponentNotFoundException, ComponentValidationException) as e:
@@ -94,7 +113,8 @@ def build_app_from_component(component: str, component_args: Sequence[str]) -> A
         ) from e
     except (TypeError, ValueError) as e:
         raise TorchXComponentError(
-            f"Arguments {list(component_args)!r} are invalid for component {component!r}: {e}"
+            f"Arguments {list(component_args)!r} are invalid for component {component!r}: {e}. "
+            f"Fix component_args to match its parameters (`torchx run {component} --help` lists them)."
         ) from e
 
 
@@ -140,12 +160,16 @@ def summarize_dryrun(
     """JSON-safe summary of what would be submitted; ``request`` is the scheduler's request as text."""
     from torchx_airflow.secrets import redact_text
 
+    # What TorchX will submit: TorchX main dry-runs a copy of the app (with TORCHX_JOB_ID and the
+    # tracker variables in each role's env) and returns it as the public `app`; 0.7 has no such
+    # attribute and fills in the caller's app itself.
+    submitted = getattr(dryrun_info, "app", None) or app
     return {
         "scheduler": scheduler,
-        "app_name": app.name,
+        "app_name": submitted.name,
         "cfg": json_safe(dict(cfg)),
-        "roles": [summarize_role(role) for role in app.roles],
-        "request": redact_text(str(dryrun_info), app),
+        "roles": [summarize_role(role) for role in submitted.roles],
+        "request": redact_text(str(dryrun_info), submitted),
     }
 
 

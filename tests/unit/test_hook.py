@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from airflow.sdk import Connection
 
 from torchx_airflow.exceptions import TorchXConfigError, TorchXConnectionError, TorchXInputError
 from torchx_airflow.hooks.torchx import TorchXConnectionSettings, TorchXHook
@@ -65,7 +66,8 @@ def test_overrides_win_over_the_connection(monkeypatch):
 
 def test_unknown_scheduler_lists_the_known_ones(monkeypatch):
     _conn(monkeypatch, "tx_bad_sched", {"scheduler": "slurmm"})
-    with pytest.raises(TorchXConfigError, match="Unknown TorchX scheduler 'slurmm'. Use one of: .*slurm"):
+    expected = "Unknown TorchX scheduler 'slurmm' in extra 'scheduler' of connection 'tx_bad_sched'.*slurm"
+    with pytest.raises(TorchXConfigError, match=expected):
         TorchXHook("tx_bad_sched").resolve_cfg("slurmm", {})
 
 
@@ -122,3 +124,62 @@ def test_hook_contract_attributes():
     assert TorchXHook.default_conn_name == "torchx_default"
     assert TorchXHook.conn_type == "torchx"
     assert TorchXHook.hook_name == "TorchX"
+
+
+def test_connection_get_hook_builds_the_hook_and_tests_it():
+    """The UI, REST API and CLI "Test": Connection.get_hook() passes the id as conn_name_attr."""
+    conn = Connection(
+        conn_id="tx_via_get_hook",
+        conn_type="torchx",
+        extra=json.dumps({"scheduler": "local_cwd", "cfg": {"prepend_cwd": "yes"}}),
+    )
+    hook = conn.get_hook()
+    assert type(hook) is TorchXHook
+    assert hook.torchx_conn_id == "tx_via_get_hook"
+    ok, message = conn.test_connection()
+    assert ok, message
+    assert "'prepend_cwd': True" in message
+
+
+def test_run_option_strings_are_converted_where_the_meaning_is_certain():
+    hook = TorchXHook()
+    docker = hook.resolve_cfg("local_docker", {"copy_env": "A;B,", "env": "K:v,L:w:x", "privileged": "No"})
+    assert docker["copy_env"] == ["A", "B"]
+    assert docker["env"] == {"K": "v", "L": "w:x"}
+    assert docker["privileged"] is False
+    from tests.unit.test_bad_inputs import INT_OPTION, INT_SCHEDULER
+
+    assert hook.resolve_cfg(INT_SCHEDULER, {"queue": "q", INT_OPTION: " 7 "})[INT_OPTION] == 7
+
+
+def test_a_bad_value_from_the_task_names_the_tasks_cfg(monkeypatch):
+    _conn(monkeypatch, "tx_task_cfg", {"cfg": {"log_dir": "/tmp"}})
+    hook = TorchXHook("tx_task_cfg", cfg={"prepend_cwd": "maybe"})
+    with pytest.raises(TorchXConfigError, match="the task's 'cfg'.*'prepend_cwd' takes true or false"):
+        hook.resolve_cfg(hook.scheduler, hook.cfg)
+    with pytest.raises(TorchXConfigError, match="Unknown TorchX scheduler 'nope' in the task's 'scheduler'"):
+        TorchXHook("tx_task_cfg", scheduler="nope").check_scheduler("nope")
+
+
+def test_test_connection_names_the_trackers_it_checked(monkeypatch, tmp_path):
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_FS_FOR_TX",
+        json.dumps({"conn_type": "torchx_fsspec", "extra": {"root": str(tmp_path)}}),
+    )
+    _conn(monkeypatch, "tx_tracked", {"trackers": ["fs_for_tx"]})
+    ok, message = TorchXHook("tx_tracked").test_connection()
+    assert ok, message
+    assert "trackers ['fs_for_tx'] are defined" in message
+
+
+def test_dry_run_summary_describes_what_torchx_submits():
+    """TorchX main dry-runs a copy of the app; the summary must still show the env TorchX adds."""
+    from torchx_airflow.apps import build_app_from_component, summarize_dryrun
+
+    hook = TorchXHook()
+    app = build_app_from_component("utils.echo", ["--msg", "hi"])
+    app.roles[0].env["SERVICE_API_KEY"] = "summary-secret-4411"
+    summary = summarize_dryrun(hook.dryrun(app, "local_cwd", {}), app, "local_cwd", {})
+    (role,) = summary["roles"]
+    assert {"SERVICE_API_KEY", "TORCHX_JOB_ID"} <= set(role["env_names"])
+    assert "summary-secret-4411" not in summary["request"]

@@ -6,6 +6,7 @@ import json
 import os
 
 import pytest
+from airflow.sdk import Connection
 from torchx.tracker.api import build_trackers
 from torchx_airflow_tracker.config import parse_config
 from torchx_airflow_tracker.fsspec_store import FsspecStore
@@ -244,3 +245,40 @@ def test_unreachable_tracker_fails_before_submission(monkeypatch):
         TorchXConnectionError, match="'down' \\(mlflow\\) cannot be opened.*Nothing was submitted"
     ):
         trackers.check()
+
+
+def test_connection_get_hook_builds_each_tracker_hook(tmp_path):
+    """The UI, REST API and CLI "Test": Connection.get_hook() passes the id as conn_name_attr."""
+    fsspec_conn = Connection(
+        conn_id="fs_via_get_hook", conn_type="torchx_fsspec", extra=json.dumps({"root": str(tmp_path)})
+    )
+    hook = fsspec_conn.get_hook()
+    assert type(hook) is TorchXFsspecHook and hook.conn_id == "fs_via_get_hook"
+    ok, message = fsspec_conn.test_connection()
+    assert ok, message
+    assert f"probe file under {tmp_path}" in message
+    mlflow_conn = Connection(conn_id="ml_via_get_hook", conn_type="mlflow", host="http://mlflow:5000")
+    hook = mlflow_conn.get_hook()
+    assert type(hook) is MlflowTrackerHook and hook.conn_id == "ml_via_get_hook"
+
+
+@pytest.mark.integration
+def test_mlflow_connection_test_through_get_hook(mlflow_uri, monkeypatch):
+    good = Connection(conn_id="ml_ok", conn_type="mlflow", host=mlflow_uri, extra='{"experiment": "gh"}')
+    ok, message = good.test_connection()
+    assert ok, message
+    assert f"experiment 'gh' at {mlflow_uri}" in message
+    from tests.services import free_port
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    down = Connection(conn_id="ml_down", conn_type="mlflow", host=f"http://127.0.0.1:{free_port()}")
+    ok, message = down.test_connection()
+    assert not ok
+    assert "Connection 'ml_down': opening the experiment failed" in message
+
+
+def test_chained_and_windows_free_fsspec_roots(monkeypatch):
+    _conn(monkeypatch, "chained", conn_type="torchx_fsspec", extra={"root": "simplecache::s3://b/runs"})
+    assert TorchXFsspecHook("chained").backend().config["root"] == "simplecache::s3://b/runs"
+    _conn(monkeypatch, "mem", conn_type="torchx_fsspec", extra={"root": " memory://runs "})
+    assert TorchXFsspecHook("mem").backend().config == {"root": "memory://runs"}

@@ -14,13 +14,14 @@ launcher's environment (local_cwd, slurm) get besides ``torchx_airflow.scheduler
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import os
 import re
 import signal
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -58,22 +59,41 @@ class TorchXConnectionSettings:
     def from_extra(cls, conn_id: str, extra: Mapping[str, Any]) -> TorchXConnectionSettings:
         """Parse a connection's extra; UI-prefixed keys (``extra__torchx__cfg``) are accepted too."""
 
+        check_extra_keys(conn_id, "torchx", extra, (f.name for f in fields(cls)))  # one per setting
+
         def get(key: str) -> Any:
             value = extra.get(key, extra.get(f"extra__torchx__{key}"))
             return None if value == "" else value
 
-        scheduler = get("scheduler") or DEFAULT_SCHEDULER
-        if not isinstance(scheduler, str):
+        scheduler = get("scheduler")
+        if scheduler is not None and not isinstance(scheduler, str):
             raise TorchXConnectionError(
                 f"Connection {conn_id!r}: extra 'scheduler' must be a scheduler name such as "
-                f"'local_cwd' or 'slurm', got {scheduler!r}."
+                f"'local_cwd' or 'slurm', got {scheduler!r}. Write it as a JSON string, "
+                'e.g. {"scheduler": "slurm"}.'
             )
         return cls(
-            scheduler=scheduler.strip(),
+            scheduler=(scheduler or "").strip() or DEFAULT_SCHEDULER,
             cfg=parse_json_object(conn_id, "cfg", get("cfg"), '{"partition": "gpu", "time": "01:00:00"}'),
             trackers=_parse_trackers(conn_id, get("trackers")),
             env_passthrough=parse_env_passthrough(conn_id, get("env_passthrough")),
         )
+
+
+def check_extra_keys(conn_id: str, conn_type: str, extra: Mapping[str, Any], known: Iterable[str]) -> None:
+    """Refuse an extra key the connection type does not have (a typo would silently mean a default).
+
+    Keys as the connection form stores them (``extra__<conn_type>__<key>``) are accepted too.
+    """
+    known = list(known)
+    for key in extra:
+        if str(key).removeprefix(f"extra__{conn_type}__") not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"Did you mean {close[0]!r}? " if close else ""
+            raise TorchXConnectionError(
+                f"Connection {conn_id!r}: extra {key!r} is not a field of a {conn_type!r} connection. "
+                f"{hint}Its fields are {', '.join(map(repr, known))}; rename or remove {key!r}."
+            )
 
 
 def parse_json_object(
@@ -91,10 +111,11 @@ def parse_json_object(
         try:
             value = json.loads(value)
         except json.JSONDecodeError as e:
+            reason = f" ({e})" if show_value else ""  # the decoder's message quotes the text
             raise TorchXConnectionError(
-                f"Connection {conn_id!r}: extra {key!r} is not valid JSON ({e}){shown}. "
+                f"Connection {conn_id!r}: extra {key!r} is not valid JSON{reason}{shown}. "
                 f"Write it as a JSON object, e.g. {example}."
-            ) from e
+            ) from (e if show_value else None)  # the decoder's error holds the text it read
     if not isinstance(value, dict):
         raise TorchXConnectionError(
             f"Connection {conn_id!r}: extra {key!r} must be a JSON object, got a {type(value).__name__}"
@@ -103,17 +124,29 @@ def parse_json_object(
     return value
 
 
+_TRACKERS_EXAMPLE = '["torchx_fsspec_default", "mlflow_default"] or "torchx_fsspec_default,mlflow_default"'
+
+
 def _parse_trackers(conn_id: str, value: Any) -> tuple[str, ...]:
+    """The ``trackers`` extra: a JSON list of connection ids, or one comma-separated string."""
     if value is None:
         return ()
-    if isinstance(value, str):
-        value = json.loads(value) if value.lstrip().startswith("[") else value.split(",")
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise TorchXConnectionError(
+                f"Connection {conn_id!r}: extra 'trackers' is not a valid JSON list ({e}): {value!r}. "
+                f"Write it as e.g. {_TRACKERS_EXAMPLE}."
+            ) from e
+    elif isinstance(value, str):
+        value = value.split(",")
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise TorchXConnectionError(
             f"Connection {conn_id!r}: extra 'trackers' must be a list of connection ids, got {value!r}. "
-            'Write it as e.g. ["torchx_fsspec_default", "mlflow_default"].'
+            f"Write it as e.g. {_TRACKERS_EXAMPLE}."
         )
-    return tuple(v.strip() for v in value if v.strip())
+    return tuple(dict.fromkeys(v.strip() for v in value if v.strip()))
 
 
 @contextlib.contextmanager
@@ -249,40 +282,64 @@ class TorchXHook(BaseHook):
         """Return ``scheduler`` if TorchX knows it, else raise ``TorchXConfigError`` listing them."""
         known = self.scheduler_names
         if scheduler not in known:
+            close = difflib.get_close_matches(scheduler, known, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
             raise TorchXConfigError(
-                f"Unknown TorchX scheduler {scheduler!r}. Use one of: {', '.join(known)} "
-                "(set it in the connection's extra 'scheduler' or the operator's 'scheduler')."
+                f"Unknown TorchX scheduler {scheduler!r} in {self._where('scheduler', scheduler)}.{hint} "
+                f"Set it to one of: {', '.join(known)}."
             )
         return scheduler
+
+    def _where(self, field_name: str, value: Any = None) -> str:
+        """Where a scheduler or cfg value came from, for error messages: the task or the connection."""
+        if field_name == "scheduler":
+            if self.scheduler_override and self.scheduler_override.strip() == value:
+                return "the task's 'scheduler'"
+            settings = self.__dict__.get("settings")  # never fetch the connection just for a message
+            if settings is not None and settings.scheduler != value:
+                return "the app handle's scheduler"
+            return f"extra 'scheduler' of connection {self.torchx_conn_id!r}"
+        if field_name in self.cfg_override and (value is None or self.cfg_override[field_name] == value):
+            return "the task's 'cfg'"
+        return f"extra 'cfg' of connection {self.torchx_conn_id!r}"
 
     def resolve_cfg(self, scheduler: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
         """Check ``cfg`` against the scheduler's run options and fill in defaults.
 
         Unknown keys, values of the wrong type and missing required options raise
-        ``TorchXConfigError`` naming the option and what it takes. Strings are converted for
-        non-string options (``"true"`` for a bool, ``"a,b"`` for a list), as on the command line.
+        ``TorchXConfigError`` naming the option, where it was set and what it takes. Strings are
+        converted for non-string options where the meaning is certain (``"true"`` for a bool,
+        ``"a,b"`` for a list), as on the command line; anything else is refused.
         """
         from torchx.specs import InvalidRunConfigException
 
+        from torchx_airflow.run_options import RunOptionValueError, typed_value
+
         opts = self._call(lambda: self.runner.scheduler_run_opts(self.check_scheduler(scheduler)))
         known = dict(opts)
-        unknown = sorted(set(cfg) - set(known))
-        if unknown:
-            raise TorchXConfigError(
-                f"Unknown run option(s) {unknown} for scheduler {scheduler!r}. Valid options: "
-                f"{', '.join(sorted(known)) or '(none)'}. Remove or rename them in 'cfg'."
-            )
+        for key in cfg:
+            if key not in known:
+                close = difflib.get_close_matches(str(key), known, n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise TorchXConfigError(
+                    f"Unknown run option(s) {[key]} for scheduler {scheduler!r} "
+                    f"({self._where(str(key))}).{hint} Valid options: "
+                    f"{', '.join(sorted(known)) or '(none)'}. Remove or rename it in 'cfg'."
+                )
         typed: dict[str, Any] = {}
         for key, value in cfg.items():
-            if isinstance(value, str) and known[key].opt_type is not str:
-                typed.update(opts.cfg_from_str(f"{key}={value}"))
-            else:
-                typed[key] = value
+            try:
+                typed[key] = typed_value(key, value, known[key].opt_type)
+            except RunOptionValueError as e:
+                raise TorchXConfigError(
+                    f"Invalid cfg for scheduler {scheduler!r} ({self._where(key, value)}): {e}"
+                ) from None
         try:
             return opts.resolve(typed)
         except InvalidRunConfigException as e:
             raise TorchXConfigError(
-                f"Invalid cfg for scheduler {scheduler!r}: {e}. Run options:\n{opts}"
+                f"Invalid cfg for scheduler {scheduler!r}: {e}. Set it in extra 'cfg' of connection "
+                f"{self.torchx_conn_id!r} or in the task's 'cfg'. Run options:\n{opts}"
             ) from e
 
     def _call(self, fn: Any) -> Any:
@@ -468,14 +525,33 @@ class TorchXHook(BaseHook):
             del self.__dict__["runner"]
 
     def test_connection(self) -> tuple[bool, str]:
-        """Check that the scheduler exists and that ``cfg`` passes its run options; never raises."""
+        """Check the scheduler, its ``cfg`` and the tracker connections (without probing them).
+
+        Never raises: a failure is ``(False, message)``. The trackers' own "Test" probes their stores.
+        """
         try:
             scheduler = self.check_scheduler(self.scheduler)
             resolved = self.resolve_cfg(scheduler, self.cfg)
+            trackers = self._check_trackers()
         except ImportError as e:
             return False, f"Scheduler {self.scheduler!r} needs a package that is not installed: {e}"
         except Exception as e:
             return False, str(e)
         finally:
             self.close()
-        return True, f"Scheduler {scheduler!r} is available and cfg is valid: {resolved}"
+        tracked = f"; trackers {list(trackers)} are defined" if trackers else ""
+        return True, f"Scheduler {scheduler!r} is available and cfg is valid: {resolved}{tracked}"
+
+    def _check_trackers(self) -> tuple[str, ...]:
+        """Resolve every tracker connection the ``trackers`` extra names (no store is opened)."""
+        from torchx_airflow.hooks.tracker import tracker_hook
+
+        for conn_id in self.settings.trackers:
+            try:
+                tracker_hook(conn_id).backend()
+            except TorchXConnectionError as e:
+                raise TorchXConnectionError(
+                    f"Connection {self.torchx_conn_id!r}: extra 'trackers' names {conn_id!r}, which is "
+                    f"not a usable tracker connection: {e}"
+                ) from e
+        return self.settings.trackers

@@ -30,7 +30,13 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook
 
 from torchx_airflow.exceptions import TorchXConnectionError
-from torchx_airflow.hooks.torchx import parse_json_object
+from torchx_airflow.hooks.torchx import check_extra_keys, parse_json_object
+from torchx_airflow.hooks.tracker_fields import (
+    add_fsspec_credentials,
+    check_mlflow_credentials,
+    fsspec_root,
+    mlflow_tracking_uri,
+)
 from torchx_airflow.secrets import mask_secret, should_hide_value_for_key
 
 if TYPE_CHECKING:
@@ -49,19 +55,6 @@ MULTI_ENTRY_POINT = "airflow_stores"
 # for several stores set by hand; the provider passes several stores as MULTI_ENTRY_POINT).
 ENTRY_POINT = {"fsspec": "airflow_fsspec", "mlflow": "airflow_mlflow"}
 MAX_PER_KIND = 4
-# How a connection's login/password reach fsspec, per protocol.
-_FSSPEC_CREDENTIALS = {
-    "s3": ("key", "secret"),
-    "s3a": ("key", "secret"),
-    "abfs": ("account_name", "account_key"),
-    "abfss": ("account_name", "account_key"),
-    "az": ("account_name", "account_key"),
-    "ftp": ("username", "password"),
-    "sftp": ("username", "password"),
-    "ssh": ("username", "password"),
-    "smb": ("username", "password"),
-    "webdav": ("username", "password"),
-}
 
 
 def config_env_name(entry_point: str) -> str:
@@ -163,6 +156,10 @@ class TorchXFsspecHook(_TrackerHook):
     conn_type = FSSPEC_CONN_TYPE
     hook_name = "TorchX tracker store (fsspec)"
 
+    def __init__(self, torchx_fsspec_conn_id: str = default_conn_name) -> None:
+        # Connection.get_hook() (the UI's, REST API's and CLI's "Test") passes the id by this name
+        super().__init__(torchx_fsspec_conn_id)
+
     @classmethod
     def example_env(cls) -> str:
         return (
@@ -172,13 +169,8 @@ class TorchXFsspecHook(_TrackerHook):
 
     def backend(self) -> TrackerBackend:
         conn = self.connection
-        root = _extra(conn, self.conn_type, "root")
-        if not isinstance(root, str) or not root.strip():
-            raise TorchXConnectionError(
-                f"Connection {self.conn_id!r}: extra 'root' must name where runs are stored (a path, "
-                f"file://..., s3://bucket/prefix, memory://...), got {root!r}. E.g. {self.example_env()}"
-            )
-        root = root.strip()
+        check_extra_keys(self.conn_id, self.conn_type, conn.extra_dejson, ("root", "storage_options"))
+        root = fsspec_root(self.conn_id, _extra(conn, self.conn_type, "root"), self.example_env())
         options = parse_json_object(
             self.conn_id,
             "storage_options",
@@ -186,22 +178,10 @@ class TorchXFsspecHook(_TrackerHook):
             '{"endpoint_url": "http://minio:9000"}',
             show_value=False,  # it may hold credentials
         )
-        protocol = root.split("://", 1)[0] if "://" in root else "file"
         secrets = list(_sensitive_values(options))
-        if conn.login or conn.password:
-            names = _FSSPEC_CREDENTIALS.get(protocol)
-            if names is None:
-                raise TorchXConnectionError(
-                    f"Connection {self.conn_id!r}: root {root!r} uses protocol {protocol!r}, which takes no "
-                    "login/password. Clear them, or pass that filesystem's credentials in extra "
-                    "'storage_options'."
-                )
-            key_name, secret_name = names
-            if conn.login:
-                options.setdefault(key_name, conn.login)
-            if conn.password:
-                options.setdefault(secret_name, conn.password)
-                secrets.append(conn.password)
+        add_fsspec_credentials(self.conn_id, root, conn.login, conn.password, options)
+        if conn.password:
+            secrets.append(conn.password)
         config: dict[str, Any] = {"root": root}
         if options:
             config["storage_options"] = options
@@ -211,6 +191,9 @@ class TorchXFsspecHook(_TrackerHook):
         """Write a probe file under the root, read it back and delete it; report the step that failed."""
         try:
             backend = self.backend()
+        except TorchXConnectionError as e:
+            return False, str(e)
+        try:
             import fsspec
 
             root = backend.config["root"]
@@ -247,6 +230,10 @@ class MlflowTrackerHook(_TrackerHook):
     conn_type = MLFLOW_CONN_TYPE
     hook_name = "MLflow"
 
+    def __init__(self, mlflow_conn_id: str = default_conn_name) -> None:
+        # Connection.get_hook() (the UI's, REST API's and CLI's "Test") passes the id by this name
+        super().__init__(mlflow_conn_id)
+
     @classmethod
     def example_env(cls) -> str:
         return (
@@ -257,25 +244,19 @@ class MlflowTrackerHook(_TrackerHook):
     def tracking_uri(self) -> str:
         """The tracking URI from host (and port when host has no scheme)."""
         conn = self.connection
-        host = (conn.host or "").strip()
-        if not host:
-            raise TorchXConnectionError(
-                f"Connection {self.conn_id!r}: host must be the MLflow tracking URI (http://mlflow:5000 or "
-                f"sqlite:////path/mlflow.db), got an empty host. E.g. {self.example_env()}"
-            )
-        if "://" in host:
-            return host
-        return f"http://{host}:{conn.port}" if conn.port else f"http://{host}"
+        return mlflow_tracking_uri(self.conn_id, conn.host, conn.port, self.example_env())
 
     def backend(self) -> TrackerBackend:
         conn = self.connection
+        check_extra_keys(self.conn_id, self.conn_type, conn.extra_dejson, ("experiment",))
         uri = self.tracking_uri()
-        experiment = _extra(conn, self.conn_type, "experiment") or DEFAULT_EXPERIMENT
-        if not isinstance(experiment, str):
+        experiment = _extra(conn, self.conn_type, "experiment")
+        if experiment is not None and not isinstance(experiment, str):
             raise TorchXConnectionError(
                 f"Connection {self.conn_id!r}: extra 'experiment' must be an experiment name, "
-                f"got {experiment!r}."
+                f'got {experiment!r}. Write it as a JSON string, e.g. {{"experiment": "resnet"}}.'
             )
+        check_mlflow_credentials(self.conn_id, uri, conn.login, conn.password)
         job_env: dict[str, str] = {}
         if conn.login:
             job_env[ENV_MLFLOW_USERNAME] = conn.login
@@ -284,7 +265,7 @@ class MlflowTrackerHook(_TrackerHook):
         return TrackerBackend(
             self.conn_id,
             "mlflow",
-            {"tracking_uri": uri, "experiment": experiment},
+            {"tracking_uri": uri, "experiment": (experiment or "").strip() or DEFAULT_EXPERIMENT},
             job_env=job_env,
             secrets=(conn.password,) if conn.password else (),
         )
@@ -293,6 +274,9 @@ class MlflowTrackerHook(_TrackerHook):
         """Write a probe tag on the experiment and read it back; report the step that failed."""
         try:
             backend = self.backend()
+        except TorchXConnectionError as e:
+            return False, str(e)
+        try:
             store = backend.open_store()
             client = store.client  # type: ignore[attr-defined]
             experiment_id = store.experiment_id  # type: ignore[attr-defined]
@@ -344,12 +328,16 @@ def normalize_conn_ids(value: str | Sequence[str] | None, where: str) -> tuple[s
         return None
     if isinstance(value, str):
         value = value.split(",")
-    if not all(isinstance(v, str) for v in value):
+    if (
+        isinstance(value, bytes | Mapping)
+        or not isinstance(value, Iterable)
+        or not all(isinstance(v, str) for v in value)
+    ):
         raise TorchXConnectionError(
-            f"{where}: tracker_conn_ids must be connection ids (a list of strings), got {value!r}."
+            f"{where}: tracker_conn_ids must be connection ids (a list of strings), got {value!r}. "
+            'Write it as e.g. ["torchx_fsspec_default", "mlflow_default"], or [] to track nothing.'
         )
-    ids = tuple(dict.fromkeys(v.strip() for v in value if v.strip()))
-    return ids
+    return tuple(dict.fromkeys(v.strip() for v in value if v.strip()))
 
 
 class TrackerSet:
