@@ -22,7 +22,6 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk.bases.decorator import DecoratedOperator, determine_kwargs, task_decorator_factory
-from airflow.sdk.definitions._internal.types import SET_DURING_EXECUTION
 from airflow.sdk.definitions.context import context_merge
 
 from torchx_airflow.exceptions import TorchXComponentError
@@ -35,6 +34,8 @@ if TYPE_CHECKING:
 
 # What the function returns; set by the function at run time, so refused as decorator arguments.
 _APP_FIELDS = ("component", "component_args", "app")
+# What ``component`` holds until the function returns the app (Airflow's own sentinel is private).
+SET_DURING_EXECUTION = "<set by the @task.torchx function when the task runs>"
 _EXAMPLE = "('utils.python', ['--script', 'train.py', '--', '--lr', '0.1'])"
 
 

@@ -54,7 +54,7 @@ class LineageView:
 
 def _redact(value: Any) -> Any:
     """Connection secrets registered with Airflow's masker (the trackers register theirs) never leave."""
-    from airflow.sdk._shared.secrets_masker import redact
+    from airflow.sdk.log import redact
 
     return redact(value)
 
