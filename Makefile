@@ -11,9 +11,11 @@ export AIRFLOW__CORE__LOAD_EXAMPLES ?= False
 export PATH := $(BIN):$(PATH)
 
 # `make up` ports: make up AIRFLOW_PORT=8081 MLFLOW_PORT=5001
+# Scaled out: make up EXECUTOR=celery (redis-server on REDIS_PORT and CELERY_WORKERS Celery workers)
 AIRFLOW_PORT ?= 8080
 MLFLOW_PORT ?= 5000
-STACK_ENV = AIRFLOW_PORT=$(AIRFLOW_PORT) MLFLOW_PORT=$(MLFLOW_PORT) AIRFLOW_LOG_PORT=$(or $(AIRFLOW_LOG_PORT),8793)
+STACK_ENV = AIRFLOW_PORT=$(AIRFLOW_PORT) MLFLOW_PORT=$(MLFLOW_PORT) AIRFLOW_LOG_PORT=$(or $(AIRFLOW_LOG_PORT),8793) \
+	EXECUTOR=$(EXECUTOR) REDIS_PORT=$(or $(REDIS_PORT),6379) CELERY_WORKERS=$(or $(CELERY_WORKERS),2)
 
 .PHONY: install demo test lint clean up down slurm-up slurm-down
 
@@ -23,7 +25,7 @@ $(VENV)/.installed: pyproject.toml tracker/pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is needed, found " + sys.version' 
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e './tracker[mlflow,s3]' -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e './tracker[mlflow,s3]' -e '.[test,celery]'
 	touch $@
 
 demo: install
