@@ -131,6 +131,8 @@ start() {
   elif [[ "$service" == worker-* ]]; then
     start_worker "$service"
   elif [ "$service" = mlflow ]; then
+    # uvicorn restarts a worker that misses a health check (5 s by default): too short on a busy machine
+    UVICORN_TIMEOUT_WORKER_HEALTHCHECK="${UVICORN_TIMEOUT_WORKER_HEALTHCHECK:-60}" \
     setsid mlflow server --host 127.0.0.1 --port "$MLFLOW_PORT" --workers 2 \
       --backend-store-uri "sqlite:///$HOME_DIR/mlflow.db" --default-artifact-root "$HOME_DIR/mlflow-artifacts" \
       >> "$STACK/$service.log" 2>&1 < /dev/null &
@@ -142,16 +144,25 @@ start() {
   if [ "$service" = redis ]; then wait_redis; fi
 }
 
-stop() {
-  local service="$1" signal="${2:-TERM}" pid
-  pid="$(pid_of "$service")" || return 0
-  if kill -0 "$pid" 2>/dev/null; then
+stop() {  # signal, then services: signalled together, each SIGKILLed if still there after 30 s
+  local signal="$1" service pid
+  shift
+  local signalled=()
+  for service in "$@"; do
+    pid="$(pid_of "$service")" || continue
+    kill -0 "$pid" 2>/dev/null || continue
     kill "-$signal" -- "-$pid" 2>/dev/null || kill "-$signal" "$pid" 2>/dev/null || true
+    signalled+=("$service")
+  done
+  for service in "${signalled[@]}"; do
+    pid="$(pid_of "$service")"
     for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
     kill -0 "$pid" 2>/dev/null && kill -KILL -- "-$pid" 2>/dev/null || true
     echo "$service stopped"
-  fi
-  rm -f "$STACK/$service.pid" "$STACK/$service.celery.pid"  # a SIGKILLed worker leaves its own behind
+  done
+  for service in "$@"; do  # a SIGKILLed Celery worker leaves its own pid file behind
+    rm -f "$STACK/$service.pid" "$STACK/$service.celery.pid"
+  done
 }
 
 wait_healthy() {
@@ -167,6 +178,18 @@ PY
   done
   echo "Airflow did not become healthy in 120 s; logs in $STACK" >&2
   tail -n 30 "$STACK"/*.log >&2
+  return 1
+}
+
+wait_mlflow() {  # the tasks' trackers need it from their first step
+  [ -n "${MLFLOW_PORT:-}" ] || return 0
+  for _ in $(seq 240); do
+    python -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+      "http://127.0.0.1:$MLFLOW_PORT/health" 2>/dev/null && return 0
+    sleep 0.5
+  done
+  echo "MLflow did not answer on 127.0.0.1:$MLFLOW_PORT in 120 s; log: $STACK/mlflow.log" >&2
+  tail -n 30 "$STACK/mlflow.log" >&2
   return 1
 }
 
@@ -208,19 +231,22 @@ case "${1:-}" in
     for service in "${SERVICES[@]}"; do start "$service"; done
     wait_healthy
     wait_workers
+    wait_mlflow
     echo
     echo "Airflow is up: http://127.0.0.1:$PORT  (login: admin / $PASSWORD; $AIRFLOW__CORE__EXECUTOR)"
     [ "$EXECUTOR" = celery ] && echo "Celery:        ${WORKERS[*]} on broker redis://127.0.0.1:$REDIS_PORT"
     [ -n "${MLFLOW_PORT:-}" ] && echo "MLflow is up:  http://127.0.0.1:$MLFLOW_PORT"
     echo "Stop everything with: make down"
     ;;
-  down)  # whatever this home started, in either mode: workers first, the broker last
+  down)  # whatever this home started, in either mode; the broker once the workers are gone
+    workers=()
     for pid_file in "$STACK"/worker-*.pid; do
-      [ -e "$pid_file" ] && [[ "$pid_file" != *.celery.pid ]] && stop "$(basename "$pid_file" .pid)"
+      [[ -e "$pid_file" && "$pid_file" != *.celery.pid ]] && workers+=("$(basename "$pid_file" .pid)")
     done
-    for service in api-server scheduler dag-processor triggerer mlflow redis; do stop "$service"; done ;;
+    stop TERM "${workers[@]}" api-server scheduler dag-processor triggerer mlflow
+    stop TERM redis ;;
   start) start "${2:?service}" ;;
-  stop) stop "${2:?service}" "$([ "${3:-}" = --kill ] && echo KILL || echo TERM)" ;;
+  stop) stop "$([ "${3:-}" = --kill ] && echo KILL || echo TERM)" "${2:?service}" ;;
   status) for service in "${SERVICES[@]}"; do
             if running "$service"; then echo "$service running"; else echo "$service stopped"; fi
           done ;;

@@ -122,7 +122,7 @@ def test_the_workers_scale_with_one_shared_log_folder(compose):
     assert worker["deploy"]["replicas"] >= 2
     assert _env(worker)["DUMB_INIT_SETSID"] == "0"  # SIGTERM reaches Celery: warm shutdown
     # each replica answers for its own Celery node, named after its container
-    assert 'inspect ping -d \"celery@$${HOSTNAME}\"' in worker["healthcheck"]["test"][1]
+    assert 'inspect ping -d "celery@$${HOSTNAME}"' in worker["healthcheck"]["test"][1]
     assert worker["depends_on"]["airflow-apiserver"]["condition"] == "service_healthy"
     for name in (*AIRFLOW_SERVICES, "flower"):
         assert "airflow-logs:/opt/airflow/logs" in services[name]["volumes"], name
