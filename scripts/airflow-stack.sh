@@ -15,7 +15,7 @@
 # worker`, service worker-<n>, Celery node name worker-<n>@<host>, which is also the hostname the
 # worker records on the task instances it runs). Celery's task results go to a database result
 # backend, as Airflow recommends: SQLite in $AIRFLOW_HOME/stack/celery-results.db, apart from
-# Airflow's own DB so that the workers' writes never wait on the scheduler's lock.
+# Airflow's own DB so that the workers' result writes do not queue behind the scheduler's.
 #
 # With MLFLOW_PORT set, an MLflow tracking server (SQLite backend: $AIRFLOW_HOME/mlflow.db, artifacts
 # in $AIRFLOW_HOME/mlflow-artifacts) runs too, and the connection mlflow_default points at it.
