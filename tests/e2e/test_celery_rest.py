@@ -91,8 +91,14 @@ def celery_stack(slurm_cluster, tmp_path_factory):  # noqa: F811
         yield stack
     finally:
         stack.down()
-    with pytest.raises(ConnectionRefusedError):  # `down` stopped the broker too
-        socket.create_connection(("127.0.0.1", redis_port), timeout=5).close()
+    for port in (redis_port, *_worker_log_ports(stack)):  # `down` stopped the broker and the workers
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+
+def _worker_log_ports(stack: AirflowStack) -> tuple[int, int]:
+    """worker-1 serves its logs on AIRFLOW_LOG_PORT, worker-2 two ports up (the triggerer between)."""
+    return stack.log_port, stack.log_port + 2
 
 
 # Slurm, seen through this stack's jobs only: every job it submits runs in its home (the services'
@@ -172,6 +178,16 @@ def pipeline_run(celery_stack, tmp_path_factory):
 
 def _handle(stack: AirflowStack, dag_id: str, run: str, task_id: str, map_index: int = -1) -> str:
     return stack.xcom(dag_id, run, task_id, "app_handle", map_index=map_index)
+
+
+def test_each_worker_answers_as_its_own_celery_node_and_serves_logs_on_its_own_port(celery_stack):
+    from celery import Celery
+
+    broker = Celery(broker=f"redis://127.0.0.1:{celery_stack.env_extra['REDIS_PORT']}/0")
+    replies = broker.control.ping(timeout=5.0)
+    assert {name for reply in replies for name in reply} == set(WORKERS)
+    for port in _worker_log_ports(celery_stack):
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
 
 
 def test_the_pipeline_spreads_over_both_workers_with_one_slurm_job_per_task(pipeline_run):
