@@ -34,6 +34,15 @@ WORKERS = {f"worker-{n}@{HOST}": f"worker-{n}" for n in (1, 2)}  # task-instance
 LRS = [0.15, 0.45]
 
 
+def _distinct_free_ports(count: int) -> list[int]:
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
 def _consecutive_free_ports(count: int, avoid: set[int]) -> int:
     """The first of ``count`` consecutive free loopback ports, none of them in ``avoid``."""
     while True:
@@ -64,7 +73,7 @@ def celery_stack(slurm_cluster, tmp_path_factory):  # noqa: F811
     dags = tmp_path_factory.mktemp("celery-dags")
     for dag_file in DAG_FILES:  # the example pipeline and the test DAG, in one DAG folder
         (dags / dag_file.name).symlink_to(dag_file)
-    port, mlflow_port, redis_port = free_port(), free_port(), free_port()
+    port, mlflow_port, redis_port = _distinct_free_ports(3)
     # worker-1, the triggerer and worker-2 serve their logs on three consecutive ports
     log_port = _consecutive_free_ports(3, {port, mlflow_port, redis_port})
     stack = AirflowStack(
