@@ -1,4 +1,5 @@
-# Airflow 3.3 with the TorchX provider and the job-side tracker stores, for docker-compose.yml.
+# Airflow 3.3 with the TorchX provider (and its `celery` extra: the CeleryExecutor) and the job-side
+# tracker stores, for docker-compose.yml.
 #   docker build -t torchx-airflow .
 # Training images need only the tracker: pip install 'torchx-airflow-tracker[mlflow,s3]'.
 FROM apache/airflow:3.3.2-python3.11
@@ -15,4 +16,4 @@ COPY --chown=airflow:root tracker /opt/torchx-airflow/tracker
 COPY --chown=airflow:root pyproject.toml README.md /opt/torchx-airflow/
 COPY --chown=airflow:root torchx_airflow /opt/torchx-airflow/torchx_airflow
 RUN pip install --no-cache-dir "apache-airflow==${AIRFLOW_VERSION}" \
-      "/opt/torchx-airflow/tracker[mlflow,s3]" /opt/torchx-airflow
+      "/opt/torchx-airflow/tracker[mlflow,s3]" "/opt/torchx-airflow[celery]"

@@ -29,9 +29,11 @@ export PATH := $(BIN):$(PATH)
 TORCH ?= torch==2.13.0
 
 # `make up` ports: make up AIRFLOW_PORT=8081 MLFLOW_PORT=5001
+# Scaled out: make up EXECUTOR=celery (redis-server on REDIS_PORT and CELERY_WORKERS Celery workers)
 AIRFLOW_PORT ?= 8080
 MLFLOW_PORT ?= 5000
-STACK_ENV = AIRFLOW_PORT=$(AIRFLOW_PORT) MLFLOW_PORT=$(MLFLOW_PORT) AIRFLOW_LOG_PORT=$(or $(AIRFLOW_LOG_PORT),8793)
+STACK_ENV = AIRFLOW_PORT=$(AIRFLOW_PORT) MLFLOW_PORT=$(MLFLOW_PORT) AIRFLOW_LOG_PORT=$(or $(AIRFLOW_LOG_PORT),8793) \
+	EXECUTOR=$(EXECUTOR) REDIS_PORT=$(or $(REDIS_PORT),6379) CELERY_WORKERS=$(or $(CELERY_WORKERS),2)
 
 .PHONY: install demo test lint clean up down slurm-up slurm-down
 
@@ -42,7 +44,7 @@ $(STAMP): pyproject.toml tracker/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(TORCH)
-	$(BIN)/python -m pip install --quiet -e './tracker[mlflow,s3]' -e '.[test,examples]'
+	$(BIN)/python -m pip install --quiet -e './tracker[mlflow,s3]' -e '.[test,examples,celery]'
 ifeq ($(TORCHX),nightly)
 	# torchx-nightly ships the same `torchx` package as the release: remove the release first
 	$(BIN)/python -m pip uninstall --quiet -y torchx

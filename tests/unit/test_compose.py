@@ -1,6 +1,7 @@
 """docker-compose.yml and the Dockerfile, validated without a Docker engine: the file parses, every
-service the connections point at exists on the right port, env and ports agree, and every file the
-stack builds from or mounts exists."""
+service the connections point at exists on the right port, env and ports agree, the CeleryExecutor
+has its broker, result backend and scalable workers, and every file the stack builds from or mounts
+exists."""
 
 from __future__ import annotations
 
@@ -14,7 +15,13 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-AIRFLOW_SERVICES = ("airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
+AIRFLOW_SERVICES = (
+    "airflow-apiserver",
+    "airflow-scheduler",
+    "airflow-dag-processor",
+    "airflow-triggerer",
+    "airflow-worker",
+)
 
 
 @pytest.fixture(scope="module")
@@ -38,11 +45,11 @@ def _published(service: dict) -> set[int]:
 
 def test_every_airflow_service_is_there_and_healthchecked(compose):
     services = compose["services"]
-    for name in (*AIRFLOW_SERVICES, "postgres", "mlflow", "minio"):
+    for name in (*AIRFLOW_SERVICES, "postgres", "redis", "mlflow", "minio"):
         assert name in services, name
         assert "healthcheck" in services[name], f"{name} has no health check"
     commands = {services[n]["command"] for n in AIRFLOW_SERVICES}
-    assert commands == {"api-server", "scheduler", "dag-processor", "triggerer"}
+    assert commands == {"api-server", "scheduler", "dag-processor", "triggerer", "celery worker"}
     for name, service in services.items():
         for dependency in service.get("depends_on", {}):
             assert dependency in services, f"{name} depends on unknown service {dependency}"
@@ -83,10 +90,50 @@ def test_airflow_env_agrees_with_postgres_and_the_api_server(compose):
         api = urlparse(env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"])
         assert api.hostname == "airflow-apiserver" and api.port in _published(services["airflow-apiserver"])
         assert env["AIRFLOW__API_AUTH__JWT_SECRET"], "services must share one JWT secret"
-        assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
     mlflow_db = re.search(r"--backend-store-uri\s+(\S+)", services["mlflow"]["command"]).group(1)
     created = (REPO / "deploy" / "postgres-init.sql").read_text()
     assert f"CREATE DATABASE {urlparse(mlflow_db).path.lstrip('/')}" in created
+
+
+def test_the_celery_executor_has_its_broker_and_result_backend(compose):
+    services = compose["services"]
+    pg = _env(services["postgres"])
+    redis = services["redis"]
+    assert redis["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
+    for name in AIRFLOW_SERVICES:
+        env = _env(services[name])
+        assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor", name
+        broker = urlparse(env["AIRFLOW__CELERY__BROKER_URL"])
+        assert (broker.scheme, broker.hostname) == ("redis", "redis"), name
+        assert broker.port in {int(p) for p in redis["expose"]}, name
+        # results in a database, as Airflow recommends: the metadata DB's Postgres
+        backend = env["AIRFLOW__CELERY__RESULT_BACKEND"]
+        assert backend == "db+" + env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].replace("+psycopg2", ""), name
+        assert urlparse(backend).password == pg["POSTGRES_PASSWORD"], name
+        assert int(env["AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__VISIBILITY_TIMEOUT"]) >= 86400
+        assert services[name]["depends_on"]["redis"]["condition"] == "service_healthy", name
+
+
+def test_the_workers_scale_with_one_shared_log_folder(compose):
+    services = compose["services"]
+    worker = services["airflow-worker"]
+    # `docker compose up --scale airflow-worker=3` needs a service without a fixed name, host or port
+    assert not {"container_name", "hostname", "ports"} & set(worker), worker
+    assert worker["deploy"]["replicas"] >= 2
+    assert _env(worker)["DUMB_INIT_SETSID"] == "0"  # SIGTERM reaches Celery: warm shutdown
+    # each replica answers for its own Celery node, named after its container
+    assert 'inspect ping -d "celery@$${HOSTNAME}"' in worker["healthcheck"]["test"][1]
+    assert worker["depends_on"]["airflow-apiserver"]["condition"] == "service_healthy"
+    for name in (*AIRFLOW_SERVICES, "flower"):
+        assert "airflow-logs:/opt/airflow/logs" in services[name]["volumes"], name
+    assert "airflow-logs" in compose["volumes"]
+    flower = services["flower"]
+    assert flower["command"] == "celery flower" and flower["profiles"] == ["flower"]
+    assert 5555 in _published(flower)
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert '"/opt/torchx-airflow[celery]"' in dockerfile
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert re.search(r'^celery = \[\s*"apache-airflow-providers-celery', pyproject, re.M)
 
 
 def test_every_file_the_stack_builds_from_or_mounts_exists(compose):

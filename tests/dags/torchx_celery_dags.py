@@ -1,0 +1,56 @@
+"""A DAG for the CeleryExecutor test (tests/e2e/test_celery_rest.py): the pipeline's ``prepare`` step,
+then a ``train`` step that waits for its Slurm job in the worker (not deferrable), with one retry.
+When the worker running ``train`` dies, the retry runs on another worker and reattaches to the job.
+
+Both steps run on Slurm through ``torchx_default`` (so its trackers record them and the edge between
+them); ``seconds`` in the run's conf is how long the train job runs.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from datetime import timedelta
+from pathlib import Path
+
+import pendulum
+from airflow.sdk import DAG
+
+from torchx_airflow.operators.torchx import TorchXOperator
+
+PREPARE = str(Path(__file__).resolve().parents[2] / "dags" / "jobs" / "prepare.py")
+TRAIN = str(Path(__file__).resolve().parent / "jobs" / "slow_train.py")
+OUTPUT = os.environ.get("TORCHX_PIPELINE_OUTPUT", str(Path(tempfile.gettempdir()) / "torchx_pipeline"))
+RUN_DIR = OUTPUT + "/{{ dag.dag_id }}/{{ run_id | replace(':', '-') }}"
+DATA = "{{ ti.xcom_pull(task_ids='prepare')['artifacts']['data']['path'] }}"
+TRAIN_ARGS = [
+    "--script", TRAIN, "--",
+    "--seconds", "{{ dag_run.conf.get('seconds', 3) }}",
+    "--data", DATA,
+    "--out", f"{RUN_DIR}/train",
+]  # fmt: skip
+STEP = {"component": "utils.python", "scheduler": "slurm", "poll_interval": 1}
+
+with DAG(
+    dag_id="celery_reattach",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["torchx", "celery-tests"],
+    doc_md=__doc__,
+):
+    prepare = TorchXOperator(
+        task_id="prepare",
+        component_args=["--script", PREPARE, "--", "--out", f"{RUN_DIR}/prepare", "--rows", "25"],
+        deferrable=True,
+        **STEP,
+    )
+    train = TorchXOperator(
+        task_id="train",
+        component_args=TRAIN_ARGS,
+        deferrable=False,
+        retries=1,
+        retry_delay=timedelta(seconds=1),
+        **STEP,
+    )
+    prepare >> train

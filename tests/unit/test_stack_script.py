@@ -1,0 +1,42 @@
+"""scripts/airflow-stack.sh without starting anything: which services each executor has, and that a
+home keeps the executor it was started with (so `make down` and `start <service>` need no flag)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _stack(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    run_env = {k: v for k, v in os.environ.items() if k not in ("EXECUTOR", "CELERY_WORKERS", "MLFLOW_PORT")}
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / "airflow-stack.sh"), *args],
+        env={**run_env, "AIRFLOW_HOME": str(home), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _services(home: Path, **env: str) -> list[str]:
+    proc = _stack(home, "status", **env)
+    assert proc.returncode == 0, proc.stderr
+    return [line.split()[0] for line in proc.stdout.splitlines()]
+
+
+def test_a_home_keeps_the_executor_it_was_started_with(tmp_path):
+    local = ["api-server", "scheduler", "dag-processor", "triggerer"]
+    assert _services(tmp_path) == local
+    (tmp_path / "stack" / "executor").write_text("celery\n")  # what `up` records
+    assert _services(tmp_path) == ["redis", *local, "worker-1", "worker-2"]
+    assert _services(tmp_path, CELERY_WORKERS="3")[-1] == "worker-3"
+    assert _services(tmp_path, EXECUTOR="local") == local
+
+
+def test_an_unknown_executor_is_refused_with_the_choices(tmp_path):
+    proc = _stack(tmp_path, "status", EXECUTOR="kubernetes")
+    assert proc.returncode == 2
+    assert "EXECUTOR must be local or celery, got 'kubernetes'" in proc.stderr
