@@ -15,5 +15,8 @@ USER airflow
 COPY --chown=airflow:root tracker /opt/torchx-airflow/tracker
 COPY --chown=airflow:root pyproject.toml README.md /opt/torchx-airflow/
 COPY --chown=airflow:root torchx_airflow /opt/torchx-airflow/torchx_airflow
+# The `examples` extra brings torch for the example pipeline's local_cwd runs (its DDP training);
+# a deployment whose jobs run elsewhere can drop it: `--build-arg EXTRAS=celery`.
+ARG EXTRAS=celery,examples
 RUN pip install --no-cache-dir "apache-airflow==${AIRFLOW_VERSION}" \
-      "/opt/torchx-airflow/tracker[mlflow,s3]" "/opt/torchx-airflow[celery]"
+      "/opt/torchx-airflow/tracker[mlflow,s3]" "/opt/torchx-airflow[${EXTRAS}]"
