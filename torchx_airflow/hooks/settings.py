@@ -1,0 +1,126 @@
+"""What a ``torchx`` connection says, parsed and checked without loading any TorchX scheduler.
+
+Connection extra (all optional)::
+
+    {"scheduler": "slurm", "cfg": {"partition": "gpu", "time": "01:00:00"}, "trackers": ["mlflow_default"],
+     "env_passthrough": ["CUDA_HOME", "NCCL_*"]}
+
+Also the parsers other connection types share: a JSON-object extra, the list of known extra keys.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from torchx_airflow.exceptions import TorchXConnectionError
+from torchx_airflow.schedulers.env import parse_env_passthrough
+
+DEFAULT_SCHEDULER = "local_cwd"
+_CONN_EXAMPLE = 'AIRFLOW_CONN_{id}=\'{{"conn_type": "torchx", "extra": {{"scheduler": "local_cwd"}}}}\''
+
+
+@dataclass(frozen=True)
+class TorchXConnectionSettings:
+    """What a ``torchx`` connection says: the scheduler, its run options and the tracker connections."""
+
+    scheduler: str = DEFAULT_SCHEDULER
+    cfg: dict[str, Any] = field(default_factory=dict)
+    trackers: tuple[str, ...] = ()
+    env_passthrough: tuple[str, ...] = ()
+
+    @classmethod
+    def from_extra(cls, conn_id: str, extra: Mapping[str, Any]) -> TorchXConnectionSettings:
+        """Parse a connection's extra; UI-prefixed keys (``extra__torchx__cfg``) are accepted too."""
+
+        check_extra_keys(conn_id, "torchx", extra, (f.name for f in fields(cls)))  # one per setting
+
+        def get(key: str) -> Any:
+            value = extra.get(key, extra.get(f"extra__torchx__{key}"))
+            return None if value == "" else value
+
+        scheduler = get("scheduler")
+        if scheduler is not None and not isinstance(scheduler, str):
+            raise TorchXConnectionError(
+                f"Connection {conn_id!r}: extra 'scheduler' must be a scheduler name such as "
+                f"'local_cwd' or 'slurm', got {scheduler!r}. Write it as a JSON string, "
+                'e.g. {"scheduler": "slurm"}.'
+            )
+        return cls(
+            scheduler=(scheduler or "").strip() or DEFAULT_SCHEDULER,
+            cfg=parse_json_object(conn_id, "cfg", get("cfg"), '{"partition": "gpu", "time": "01:00:00"}'),
+            trackers=_parse_trackers(conn_id, get("trackers")),
+            env_passthrough=parse_env_passthrough(conn_id, get("env_passthrough")),
+        )
+
+
+def check_extra_keys(conn_id: str, conn_type: str, extra: Mapping[str, Any], known: Iterable[str]) -> None:
+    """Refuse an extra key the connection type does not have (a typo would silently mean a default).
+
+    Keys as the connection form stores them (``extra__<conn_type>__<key>``) are accepted too.
+    """
+    known = list(known)
+    for key in extra:
+        if str(key).removeprefix(f"extra__{conn_type}__") not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"Did you mean {close[0]!r}? " if close else ""
+            raise TorchXConnectionError(
+                f"Connection {conn_id!r}: extra {key!r} is not a field of a {conn_type!r} connection. "
+                f"{hint}Its fields are {', '.join(map(repr, known))}; rename or remove {key!r}."
+            )
+
+
+def parse_json_object(
+    conn_id: str, key: str, value: Any, example: str = '{"partition": "gpu"}', show_value: bool = True
+) -> dict[str, Any]:
+    """A connection extra that holds a JSON object (a dict, or its JSON text); ``{}`` when empty.
+
+    The error names the connection, the key and an example; ``show_value=False`` keeps the value
+    (which may hold credentials) out of it.
+    """
+    if value is None or value == "":
+        return {}
+    shown = f": {value!r}" if show_value else ""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            reason = f" ({e})" if show_value else ""  # the decoder's message quotes the text
+            raise TorchXConnectionError(
+                f"Connection {conn_id!r}: extra {key!r} is not valid JSON{reason}{shown}. "
+                f"Write it as a JSON object, e.g. {example}."
+            ) from (e if show_value else None)  # the decoder's error holds the text it read
+    if not isinstance(value, dict):
+        raise TorchXConnectionError(
+            f"Connection {conn_id!r}: extra {key!r} must be a JSON object, got a {type(value).__name__}"
+            f"{shown}. Write it as e.g. {example}."
+        )
+    return value
+
+
+_TRACKERS_EXAMPLE = '["torchx_fsspec_default", "mlflow_default"] or "torchx_fsspec_default,mlflow_default"'
+
+
+def _parse_trackers(conn_id: str, value: Any) -> tuple[str, ...]:
+    """The ``trackers`` extra: a JSON list of connection ids, or one comma-separated string."""
+    if value is None:
+        return ()
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise TorchXConnectionError(
+                f"Connection {conn_id!r}: extra 'trackers' is not a valid JSON list ({e}): {value!r}. "
+                f"Write it as e.g. {_TRACKERS_EXAMPLE}."
+            ) from e
+    elif isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TorchXConnectionError(
+            f"Connection {conn_id!r}: extra 'trackers' must be a list of connection ids, got {value!r}. "
+            f"Write it as e.g. {_TRACKERS_EXAMPLE}."
+        )
+    return tuple(dict.fromkeys(v.strip() for v in value if v.strip()))
