@@ -23,7 +23,7 @@ $(VENV)/.installed: pyproject.toml tracker/pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is needed, found " + sys.version' 
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e './tracker[mlflow,s3]' -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e './tracker[mlflow,s3]' -e '.[test,openlineage]'
 	touch $@
 
 demo: install

@@ -25,6 +25,7 @@ from torchx_airflow.apps import (
     summarize_dryrun,
     summarize_status,
 )
+from torchx_airflow.assets import check_artifact_assets, emit_asset_events
 from torchx_airflow.exceptions import (
     TorchXAppFailedError,
     TorchXAppNotFoundError,
@@ -33,10 +34,12 @@ from torchx_airflow.exceptions import (
 )
 from torchx_airflow.hooks.torchx import TorchXHook
 from torchx_airflow.links.torchx import XCOM_TRACKER_URL, XCOM_UI_URL, TorchXAppLink, TorchXTrackerLink
+from torchx_airflow.openlineage import parent_run_env
 
 if TYPE_CHECKING:
     import jinja2
-    from airflow.sdk import Context
+    from airflow.providers.openlineage.extractors import OperatorLineage
+    from airflow.sdk import Asset, AssetAlias, Context
     from torchx.specs import AppDef, AppDryRunInfo, AppStatus
 
     from torchx_airflow.hooks.tracker import TrackerSet
@@ -173,7 +176,7 @@ class TorchXDryRunOperator(BaseOperator):
         else:
             app = copy.deepcopy(self.app)
         for role in app.roles:
-            role.env = {**role.env, **tracker_env, **env}
+            role.env = {**role.env, **tracker_env, **parent_run_env(), **env}
         name = app_name_for(self.task_id) if self.app_name is None else str(self.app_name).strip()
         if name:
             app.name = name
@@ -228,6 +231,9 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         (as they arrive when waiting in the worker; when the task resumes after a deferred wait).
     :param max_log_lines: after a deferred wait, at most this many last lines per replica and stream.
     :param durable: keep the handle in ``task_state_store`` so a retry reattaches (default True).
+    :param artifact_assets: artifact name -> ``Asset`` or ``AssetAlias`` of the task's ``outlets``:
+        when the app SUCCEEDS, the asset event carries the app handle, the artifact's path and
+        metadata, and the try number (see :mod:`torchx_airflow.assets`).
 
     Other parameters are those of :class:`TorchXDryRunOperator`.
     """
@@ -243,9 +249,13 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         poll_interval: float = 5.0,
         stream_logs: bool = True,
         max_log_lines: int = 1000,
+        artifact_assets: Mapping[str, Asset | AssetAlias] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.artifact_assets = check_artifact_assets(
+            self.task_id, artifact_assets, self.outlets, wait_for_completion
+        )
         if poll_interval <= 0:
             raise TorchXConfigError(
                 f"poll_interval must be a positive number of seconds, got {poll_interval!r}."
@@ -417,6 +427,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         else:
             result.update({"metadata": {}, "artifacts": {}, "sources": []})
         ti.xcom_push(key=XCOM_RUN_ID, value=app_handle)
+        emit_asset_events(context, self.artifact_assets, result)
         return result
 
     # deferrable
@@ -480,3 +491,23 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
             return
         self.log.info("Task killed: cancelling TorchX app %s", self._app_handle)
         self.hook.cancel(self._app_handle)
+
+    # OpenLineage (apache-airflow-providers-openlineage calls these; see torchx_airflow.openlineage)
+
+    def get_openlineage_facets_on_start(self) -> OperatorLineage:
+        """The app to be submitted: job facets (roles, images, resources, env names)."""
+        from torchx_airflow.openlineage import lineage_on_start
+
+        return lineage_on_start(self)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+        """The finished run: handle, state, sources, parents' runs and artifacts in, its own out."""
+        from torchx_airflow.openlineage import lineage_on_complete
+
+        return lineage_on_complete(self, task_instance)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> OperatorLineage:
+        """The failed run: handle, final state and structured error, parents' runs in."""
+        from torchx_airflow.openlineage import lineage_on_failure
+
+        return lineage_on_failure(self, task_instance)
