@@ -234,17 +234,26 @@ def _cached(operator: TorchXOperator, name: str) -> Any:
 
 
 def _describe_app(operator: TorchXOperator) -> AppDef | None:
-    """The app of this execution if already built, else the DAG's app without any job env."""
+    """The app of this execution if already built, else the task's app without tracker env."""
     app = _cached(operator, "_app")
     if app is not None:
         return app
-    if operator.app is not None:
-        return operator.app
-    from torchx_airflow.apps import build_app_from_component, normalize_component_args
+    import copy
 
-    # START comes before execute(): describe the component, but build no env and open no tracker
-    args = normalize_component_args(operator.component_args)
-    return build_app_from_component(str(operator.component), args)
+    from torchx_airflow.apps import build_app_from_component, normalize_component_args
+    from torchx_airflow.operators.torchx import app_name_for
+
+    # START comes before execute(): describe the app as build_app will, but open no tracker
+    if operator.app is not None:
+        app = copy.deepcopy(operator.app)
+    else:
+        args = normalize_component_args(operator.component_args)
+        app = build_app_from_component(str(operator.component), args)
+    for role in app.roles:
+        role.env = {**role.env, **operator.env}
+    name = app_name_for(operator.task_id) if operator.app_name is None else str(operator.app_name).strip()
+    app.name = name or app.name
+    return app
 
 
 def _scheduler(operator: TorchXOperator) -> str | None:
