@@ -20,7 +20,7 @@ from tests.openlineage_events import (
     validate,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]  # real DAG runs on a shared machine
 
 MLFLOW_PASSWORD = "mlflow-Pa55word-OpenLineage-77"
 LRS = [0.1, 0.3]
