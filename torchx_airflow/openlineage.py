@@ -217,7 +217,8 @@ def lineage_datasets(
     own = run_dataset_name(app_handle) if app_handle else None
     if own:
         outputs.append(_dataset("output", *own))
-    outputs += [_dataset("output", *artifact_dataset_name(path)) for path in produced]
+    # an artifact the app records from its inputs (evaluate's best model) stays an input only
+    outputs += [_dataset("output", *artifact_dataset_name(path)) for path in produced if path not in consumed]
     return _unique(inputs), _unique(outputs)
 
 

@@ -117,7 +117,9 @@ def test_pipeline_edges_are_datasets_from_parent_to_child(pipeline):
         model = result.xcom("train", map_index=i)["artifacts"]["model"]["path"]
         assert datasets(trained, "outputs") == {run_dataset(handle), ("file", model)}
         assert {run_dataset(handle), ("file", model)} <= datasets(evaluated, "inputs")
-    assert run_dataset(evaluate) in datasets(evaluated, "outputs")
+    report = result.xcom("evaluate")["artifacts"]["report"]["path"]
+    # evaluate records the best model (a train output it read) as an artifact: an input, not an output
+    assert datasets(evaluated, "outputs") == {run_dataset(evaluate), ("file", report)}
 
 
 def test_facets_describe_the_app_and_its_run(pipeline):

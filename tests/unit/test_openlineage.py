@@ -79,7 +79,7 @@ def test_datasets_of_a_run_with_parents_and_artifacts():
         "slurm://torchx/9",
         ["slurm://torchx/7", "airflow://dag/run/feat", "slurm://torchx/7"],
         consumed=["s3://ml/data.csv"],
-        produced=["/out/model.pt"],
+        produced=["/out/model.pt", "s3://ml/data.csv"],
     )
     assert [(d.namespace, d.name) for d in inputs] == [
         ("torchx://slurm", "torchx/7"),
