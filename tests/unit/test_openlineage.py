@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -126,6 +127,31 @@ def test_start_describes_the_app_without_values_of_its_env():
 
 def test_no_parent_run_env_outside_a_running_task():
     assert parent_run_env() == {}
+
+
+_PARENT_ENV_IN_A_TASK = (
+    "from torchx_airflow.openlineage import is_enabled, parent_run_env\n"
+    "print(json.dumps([is_enabled(), parent_run_env({'ti': object()})]))"
+)
+
+
+def test_without_the_provider_nothing_changes():
+    code = (
+        "import json, sys\n"
+        "import airflow.sdk\n"  # Airflow's provider discovery first, then the provider is gone
+        "for name in [m for m in sys.modules if m.startswith('airflow.providers.openlineage')]:\n"
+        "    del sys.modules[name]\n"
+        "sys.modules['airflow.providers.openlineage'] = None\n" + _PARENT_ENV_IN_A_TASK
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert json.loads(out.strip().splitlines()[-1]) == [False, {}]
+
+
+def test_a_disabled_provider_gives_the_job_no_parent_run():
+    env = {**os.environ, "AIRFLOW__OPENLINEAGE__DISABLED": "true"}
+    code = "import json\n" + _PARENT_ENV_IN_A_TASK
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=env)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [False, {}]
 
 
 def test_artifact_assets_must_be_outlets():
