@@ -15,7 +15,10 @@ JOB = str(Path(__file__).resolve().parents[1] / "jobs" / "openlineage_job.py")
 A_OUT = Asset("torchx-test://tx_openlineage/a-out")
 B_OUTS = AssetAlias("tx_openlineage_b_outs")
 BROKEN_OUT = Asset("torchx-test://tx_openlineage_fail/broken-out")
-PARAMS = {"out": Param(str(Path(tempfile.gettempdir()) / "tx_openlineage"), type="string")}
+PARAMS = {
+    "out": Param(str(Path(tempfile.gettempdir()) / "tx_openlineage"), type="string"),
+    "scheduler": Param("local_cwd", type="string", enum=["local_cwd", "slurm"]),
+}
 A_PATH = "{{ ti.xcom_pull(task_ids='a')['artifacts']['out']['path'] }}"
 
 
@@ -24,6 +27,8 @@ def job(task_id: str, *args: str, **kwargs) -> TorchXOperator:
         task_id=task_id,
         component="utils.python",
         component_args=["--script", JOB, "--", task_id, "{{ params.out }}", *args],
+        scheduler="{{ params.scheduler }}",
+        deferrable=True,  # waits in the triggerer on slurm; in the worker on local_cwd
         poll_interval=0.5,
         **kwargs,
     )
