@@ -16,8 +16,8 @@ which delegate here. Each returns an ``OperatorLineage`` with
 :func:`parent_run_env` gives the job ``OPENLINEAGE_PARENT_ID`` and ``OPENLINEAGE_ROOT_PARENT_ID``,
 so OpenLineage events the training job emits itself nest under the Airflow task's run.
 
-Nothing here is imported when a DAG file is parsed: the operator imports this module inside its
-OpenLineage methods and ``build_app``, and this module imports OpenLineage inside its functions.
+Importing this module imports no OpenLineage module (DAG parse time stays cheap, and nothing changes
+without the provider): OpenLineage and the provider are imported inside the functions that use them.
 """
 
 from __future__ import annotations
