@@ -44,7 +44,7 @@ $(STAMP): pyproject.toml tracker/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(TORCH)
-	$(BIN)/python -m pip install --quiet -e './tracker[mlflow,s3]' -e '.[test,examples,celery]'
+	$(BIN)/python -m pip install --quiet -e './tracker[mlflow,s3]' -e '.[test,examples,celery,openlineage]'
 ifeq ($(TORCHX),nightly)
 	# torchx-nightly ships the same `torchx` package as the release: remove the release first
 	$(BIN)/python -m pip uninstall --quiet -y torchx

@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 import pendulum
-from airflow.sdk import DAG, Param, task
+from airflow.sdk import DAG, Asset, AssetAlias, Param, task
 
 from torchx_airflow.operators.torchx import TorchXOperator
 
@@ -37,6 +37,11 @@ MODELS = (
     "{{ ti.xcom_pull(task_ids=['train']) | map(attribute='artifacts') | map(attribute='model')"
     " | map(attribute='path') | join(',') }}"
 )
+
+# What the pipeline publishes to other DAGs (dags/torchx_model_evaluation.py is scheduled on BEST_MODEL):
+# every trained model, at paths known only at run time, and the model evaluate picks as the best.
+TRAINED_MODELS = AssetAlias("torchx_pipeline_models")
+BEST_MODEL = Asset("model://torchx_pipeline/best")
 
 # Every step: a job script run by utils.python, on the scheduler the run's params name.
 STEP = {
@@ -130,6 +135,8 @@ with DAG(
     args = train_args()
     train = TorchXOperator.partial(
         task_id="train",
+        outlets=[TRAINED_MODELS],
+        artifact_assets={"model": TRAINED_MODELS},
         **{**STEP, "component": "dist.ddp"},
     ).expand(component_args=args)
 
@@ -146,6 +153,8 @@ with DAG(
             "--out",
             f"{RUN_DIR}/evaluate",
         ],  # fmt: skip
+        outlets=[BEST_MODEL],
+        artifact_assets={"best_model": BEST_MODEL},
         **STEP,
     )
 

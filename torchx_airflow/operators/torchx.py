@@ -27,6 +27,7 @@ from torchx_airflow.apps import (
     summarize_dryrun,
     summarize_status,
 )
+from torchx_airflow.assets import check_artifact_assets, emit_asset_events
 from torchx_airflow.exceptions import (
     TorchXAppFailedError,
     TorchXAppLostError,
@@ -37,10 +38,12 @@ from torchx_airflow.exceptions import (
 )
 from torchx_airflow.hooks.torchx import TorchXHook
 from torchx_airflow.links.torchx import XCOM_TRACKER_URL, XCOM_UI_URL, TorchXAppLink, TorchXTrackerLink
+from torchx_airflow.openlineage import parent_run_env
 
 if TYPE_CHECKING:
     import jinja2
-    from airflow.sdk import Context
+    from airflow.providers.openlineage.extractors import OperatorLineage
+    from airflow.sdk import Asset, AssetAlias, Context
     from torchx.specs import AppDef, AppDryRunInfo, AppStatus
 
     from torchx_airflow.hooks.tracker import TrackerSet
@@ -212,7 +215,7 @@ class TorchXDryRunOperator(BaseOperator):
         else:
             app = copy.deepcopy(self.app)
         for role in app.roles:
-            role.env = {**role.env, **tracker_env, **env}
+            role.env = {**role.env, **tracker_env, **parent_run_env(), **env}
         name = app_name_for(self.task_id) if self.app_name is None else str(self.app_name).strip()
         if name:
             app.name = name
@@ -273,6 +276,9 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         submission (past it the task fails, nothing submitted), recording lineage and metadata after
         submission, reading results at the end (past it, a warning: the app is never lost or
         duplicated because a tracker hangs).
+    :param artifact_assets: artifact name -> ``Asset`` or ``AssetAlias`` of the task's ``outlets``:
+        when the app SUCCEEDS, the asset event carries the app handle, the artifact's path and
+        metadata, and the try number (see :mod:`torchx_airflow.assets`).
 
     Other parameters are those of :class:`TorchXDryRunOperator`.
     """
@@ -289,6 +295,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         stream_logs: bool = True,
         max_log_lines: int = 1000,
         tracker_timeout: float = 60.0,
+        artifact_assets: Mapping[str, Asset | AssetAlias] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -296,6 +303,9 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
             raise TorchXConfigError(
                 f"tracker_timeout must be a positive number of seconds, got {tracker_timeout!r}."
             )
+        self.artifact_assets = check_artifact_assets(
+            self.task_id, artifact_assets, self.outlets, wait_for_completion
+        )
         if poll_interval <= 0:
             raise TorchXConfigError(
                 f"poll_interval must be a positive number of seconds, got {poll_interval!r}."
@@ -526,6 +536,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
             if done:
                 result.update(results)
         ti.xcom_push(key=XCOM_RUN_ID, value=app_handle)
+        emit_asset_events(context, self.artifact_assets, result)
         return result
 
     # deferrable
@@ -594,3 +605,23 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
             return
         self.log.info("Task killed: cancelling TorchX app %s", self._app_handle)
         self.hook.cancel(self._app_handle)
+
+    # OpenLineage (apache-airflow-providers-openlineage calls these; see torchx_airflow.openlineage)
+
+    def get_openlineage_facets_on_start(self) -> OperatorLineage:
+        """The app to be submitted: job facets (roles, images, resources, env names)."""
+        from torchx_airflow.openlineage import lineage_on_start
+
+        return lineage_on_start(self)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+        """The finished run: handle, state, sources, parents' runs and artifacts in, its own out."""
+        from torchx_airflow.openlineage import lineage_on_complete
+
+        return lineage_on_complete(self, task_instance)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> OperatorLineage:
+        """The failed run: handle, final state and structured error, parents' runs in."""
+        from torchx_airflow.openlineage import lineage_on_failure
+
+        return lineage_on_failure(self, task_instance)

@@ -1,0 +1,224 @@
+"""OpenLineage naming, facets and parse-time cost; the artifact -> asset mapping and its checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+from airflow.sdk import Asset, AssetAlias
+from airflow.sdk.execution_time.context import OutletEventAccessors
+
+from tests.conftest import REPO
+from torchx_airflow.assets import TorchXArtifactMissingError, check_artifact_assets, emit_asset_events
+from torchx_airflow.exceptions import TorchXInputError
+from torchx_airflow.openlineage import (
+    artifact_dataset_name,
+    consumed_artifacts,
+    lineage_datasets,
+    lineage_on_start,
+    parent_run_env,
+    run_dataset_name,
+)
+from torchx_airflow.operators.torchx import TorchXOperator
+
+MODEL = Asset("s3://ml/models/resnet")
+
+
+def _modules_after(code: str) -> list[str]:
+    code = f"import json, runpy, sys\n{code}\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _openlineage(modules: list[str]) -> list[str]:
+    return [m for m in modules if m.startswith(("openlineage", "airflow.providers.openlineage"))]
+
+
+def test_importing_operators_and_parsing_the_example_dags_loads_no_openlineage_module():
+    modules = _modules_after(
+        "import torchx_airflow.operators.torchx, torchx_airflow.assets\n"
+        f"runpy.run_path({str(REPO / 'dags' / 'torchx_pipeline.py')!r})\n"
+        f"runpy.run_path({str(REPO / 'dags' / 'torchx_model_evaluation.py')!r})"
+    )
+    assert "torchx_airflow.openlineage" in modules  # the operator module imports the (light) module
+    # `import airflow.sdk` itself has Airflow read every installed provider's metadata module
+    # (airflow.providers.openlineage.get_provider_info): nothing beyond that may load
+    assert _openlineage(modules) == _openlineage(_modules_after("import airflow.sdk"))
+    assert not [m for m in modules if m.startswith("openlineage")]  # the client library: never
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("s3://bucket/key", ("s3://bucket", "key")),
+        ("s3://ml/models/resnet/model.pt", ("s3://ml", "models/resnet/model.pt")),
+        ("gs://bucket/a/b.parquet", ("gs://bucket", "a/b.parquet")),
+        ("/data/run/model.json", ("file", "/data/run/model.json")),
+        ("file:///data/run/model.json", ("file", "/data/run/model.json")),
+        ("file://nas01/data/model.json", ("file://nas01", "/data/model.json")),
+        ("hdfs://namenode:8020/warehouse/t", ("hdfs://namenode:8020", "warehouse/t")),
+        ("model.json", ("file", "model.json")),
+    ],
+)
+def test_artifact_datasets_follow_the_openlineage_naming_spec(path, expected):
+    assert artifact_dataset_name(path) == expected
+
+
+def test_a_torchx_run_is_a_dataset_under_its_scheduler():
+    assert run_dataset_name("slurm://torchx/1234") == ("torchx://slurm", "torchx/1234")
+    assert run_dataset_name("local_cwd://torchx/train-abc") == ("torchx://local_cwd", "torchx/train-abc")
+    # a tracked @task is a tracker run but not a TorchX app: no dataset
+    assert run_dataset_name("airflow://dag/run/feat") is None
+
+
+def test_datasets_of_a_run_with_parents_and_artifacts():
+    inputs, outputs = lineage_datasets(
+        "slurm://torchx/9",
+        ["slurm://torchx/7", "airflow://dag/run/feat", "slurm://torchx/7"],
+        consumed=["s3://ml/data.csv"],
+        produced=["/out/model.pt", "s3://ml/data.csv"],
+    )
+    assert [(d.namespace, d.name) for d in inputs] == [
+        ("torchx://slurm", "torchx/7"),
+        ("s3://ml", "data.csv"),
+    ]
+    assert [(d.namespace, d.name) for d in outputs] == [
+        ("torchx://slurm", "torchx/9"),
+        ("file", "/out/model.pt"),
+    ]
+
+
+def _op(**kwargs) -> TorchXOperator:
+    return TorchXOperator(
+        task_id="train",
+        component="utils.python",
+        component_args=["--script", "train.py", "--", "--data", "/d/a.csv,/d/b.csv"],
+        **kwargs,
+    )
+
+
+def test_artifacts_named_in_the_arguments_are_consumed():
+    op = _op()
+    app = op.build_app()
+    parents = {
+        "p/a": {"path": "/d/a.csv"},
+        "p/b": {"path": "/d/b.csv"},
+        "p/c": {"path": "/d/c.csv"},
+        "p/none": {"path": ""},
+    }
+    assert consumed_artifacts(parents, app) == ["/d/a.csv", "/d/b.csv"]
+
+
+def test_start_describes_the_app_without_values_of_its_env():
+    op = _op(scheduler="slurm", env={"API_TOKEN": "tok-value-123"})
+    lineage = lineage_on_start(op)
+    facet = lineage.job_facets["torchx_app"]
+    assert facet.scheduler == "slurm" and facet.appName == "train"  # the name it will be submitted with
+    (role,) = facet.roles
+    assert role["entrypoint"] == "python" and role["num_replicas"] == 1 and "args" not in role
+    assert role["env_names"] == ["API_TOKEN"]
+    assert "tok-value-123" not in json.dumps(role)
+    assert lineage.inputs == [] and lineage.outputs == [] and lineage.run_facets == {}
+
+
+def test_no_parent_run_env_outside_a_running_task():
+    assert parent_run_env() == {}
+
+
+_PARENT_ENV_IN_A_TASK = (
+    "from torchx_airflow.openlineage import is_enabled, parent_run_env\n"
+    "print(json.dumps([is_enabled(), parent_run_env({'ti': object()})]))"
+)
+
+
+def test_without_the_provider_nothing_changes():
+    code = (
+        "import json, sys\n"
+        "import airflow.sdk\n"  # Airflow's provider discovery first, then the provider is gone
+        "for name in [m for m in sys.modules if m.startswith('airflow.providers.openlineage')]:\n"
+        "    del sys.modules[name]\n"
+        "sys.modules['airflow.providers.openlineage'] = None\n" + _PARENT_ENV_IN_A_TASK
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert json.loads(out.strip().splitlines()[-1]) == [False, {}]
+
+
+def test_a_disabled_provider_gives_the_job_no_parent_run():
+    env = {**os.environ, "AIRFLOW__OPENLINEAGE__DISABLED": "true"}
+    code = "import json\n" + _PARENT_ENV_IN_A_TASK
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=env)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [False, {}]
+
+
+def test_artifact_assets_must_be_outlets():
+    with pytest.raises(
+        TorchXInputError, match=r"'model'.*not in the task's outlets.*outlets=\[\.\.\., Asset"
+    ):
+        _op(artifact_assets={"model": MODEL})
+    op = _op(outlets=[MODEL], artifact_assets={"model": MODEL})
+    assert op.artifact_assets == {"model": MODEL}
+
+
+@pytest.mark.parametrize(
+    ("mapping", "kwargs", "message"),
+    [
+        ({"model": "s3://ml/models/resnet"}, {}, r"not an Asset or AssetAlias"),
+        ({"": MODEL}, {}, r"key '' is not an artifact name"),
+        ({"model": MODEL, "best": MODEL}, {}, r"more than one artifact"),
+        ({"model": MODEL}, {"wait_for_completion": False}, r"needs wait_for_completion=True"),
+    ],
+)
+def test_bad_artifact_assets_name_the_fix(mapping, kwargs, message):
+    with pytest.raises(TorchXInputError, match=message):
+        check_artifact_assets("train", mapping, [MODEL], **kwargs)
+
+
+def _context():
+    return {"outlet_events": OutletEventAccessors(), "ti": SimpleNamespace(try_number=2)}
+
+
+RESULT = {
+    "app_handle": "slurm://torchx/12",
+    "state": "SUCCEEDED",
+    "metadata": {"airflow_dag_id": "d"},
+    "artifacts": {"model": {"name": "model", "path": "/m/model.pt", "metadata": {"lr": 0.1}}},
+    "sources": [],
+}
+
+
+def test_a_succeeded_app_puts_its_run_on_the_asset_event():
+    context = _context()
+    alias = AssetAlias("models")
+    emit_asset_events(context, {"model": MODEL}, RESULT)
+    assert context["outlet_events"][MODEL].extra == {
+        "app_handle": "slurm://torchx/12",
+        "artifact": "model",
+        "path": "/m/model.pt",
+        "metadata": {"lr": 0.1},
+        "try_number": 2,
+    }
+    emit_asset_events(context, {"model": alias}, RESULT)
+    (event,) = context["outlet_events"][alias].asset_alias_events
+    assert (
+        event.dest_asset_key.uri == "file:///m/model.pt" and event.extra["app_handle"] == "slurm://torchx/12"
+    )
+
+
+def test_an_app_that_did_not_succeed_puts_nothing_on_asset_events():
+    context = _context()
+    emit_asset_events(context, {"model": MODEL}, {**RESULT, "state": "RUNNING"})
+    assert context["outlet_events"][MODEL].extra == {}
+
+
+def test_a_missing_artifact_fails_naming_the_fix():
+    with pytest.raises(
+        TorchXArtifactMissingError, match=r"recorded no artifact 'best'.*add_artifact\('best'"
+    ):
+        emit_asset_events(_context(), {"best": MODEL}, RESULT)
+    untracked = {**RESULT, "metadata": {}, "artifacts": {}}
+    with pytest.raises(TorchXArtifactMissingError, match=r"no tracker connections"):
+        emit_asset_events(_context(), {"model": MODEL}, untracked)

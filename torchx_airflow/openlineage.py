@@ -1,0 +1,402 @@
+"""OpenLineage for TorchX apps: what ``TorchXOperator`` reports to Airflow's OpenLineage provider.
+
+With ``apache-airflow-providers-openlineage`` installed (``pip install 'torchx-airflow[openlineage]'``)
+the provider calls the operator's ``get_openlineage_facets_on_start/_on_complete/_on_failure``,
+which delegate here. Each returns an ``OperatorLineage`` with
+
+- job facet ``torchx_app``: scheduler, app name and per role the image, entrypoint, replicas,
+  resources and env variable *names* (values never leave the worker);
+- run facets ``torchx_run`` (app handle, final state, message, structured error, tracker sources)
+  and the standard ``externalQuery`` (the handle, so backends link to the scheduler's job);
+- datasets: one per TorchX run, namespace ``torchx://<scheduler>``, name ``<session>/<app_id>``, an
+  output of its own task and an input of every child task; each tracker artifact, named by the
+  OpenLineage naming spec for its URI, an output of the app that recorded it and an input of the
+  child apps whose arguments name it.
+
+:func:`parent_run_env` gives the job ``OPENLINEAGE_PARENT_ID`` and ``OPENLINEAGE_ROOT_PARENT_ID``,
+so OpenLineage events the training job emits itself nest under the Airflow task's run.
+
+Importing this module imports no OpenLineage module (DAG parse time stays cheap, and nothing changes
+without the provider): OpenLineage and the provider are imported inside the functions that use them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from airflow.providers.openlineage.extractors import OperatorLineage
+    from airflow.sdk import Context
+    from openlineage.client.event_v2 import Dataset
+    from torchx.specs import AppDef
+
+    from torchx_airflow.operators.torchx import TorchXOperator
+
+log = logging.getLogger(__name__)
+
+RUN_NAMESPACE_PREFIX = "torchx://"
+APP_FACET = "torchx_app"
+RUN_FACET = "torchx_run"
+# Every facet names a schema URI; these two are this provider's own (documented in its README).
+FACET_SCHEMA = "urn:torchx-airflow:openlineage:{}:1"
+PARENT_ENV = "OPENLINEAGE_PARENT_ID"
+ROOT_PARENT_ENV = "OPENLINEAGE_ROOT_PARENT_ID"
+
+
+def is_enabled() -> bool:
+    """True when the OpenLineage provider is installed and not disabled by its configuration."""
+    try:
+        from airflow.providers.openlineage import conf
+    except ImportError:
+        return False
+    return not conf.is_disabled()
+
+
+# naming
+
+
+def run_dataset_name(app_handle: str) -> tuple[str, str] | None:
+    """``(namespace, name)`` of a TorchX run: ``slurm://torchx/12`` -> ``("torchx://slurm", "torchx/12")``.
+
+    ``None`` for a tracker run id that is not a TorchX app (``airflow://dag/run/task`` of a tracked
+    ``@task``): those runs have no TorchX dataset.
+    """
+    scheduler, sep, rest = app_handle.partition("://")
+    if not sep or not rest or scheduler == "airflow":
+        return None
+    return f"{RUN_NAMESPACE_PREFIX}{scheduler}", rest
+
+
+def artifact_dataset_name(path: str) -> tuple[str, str]:
+    """``(namespace, name)`` of an artifact path by the OpenLineage naming spec.
+
+    >>> artifact_dataset_name("s3://ml/models/resnet.pt")
+    ('s3://ml', 'models/resnet.pt')
+    >>> artifact_dataset_name("/data/model.json")
+    ('file', '/data/model.json')
+    """
+    from openlineage.client.naming import dataset as naming
+
+    parts = urlsplit(path)
+    if not parts.scheme or len(parts.scheme) == 1:  # a local path (or a Windows drive letter)
+        return _named(naming.LocalFileSystem(path=path))
+    if parts.scheme == "file":
+        local = parts.path or "/"
+        if parts.netloc in ("", "localhost"):
+            return _named(naming.LocalFileSystem(path=local))
+        return _named(naming.RemoteFileSystem(host=parts.netloc, path=local))
+    key = parts.path.lstrip("/")
+    if parts.scheme in ("s3", "s3a", "s3n") and parts.netloc and key:
+        return _named(naming.S3(bucket_name=parts.netloc, object_key=key))
+    if parts.scheme == "gs" and parts.netloc and key:
+        return _named(naming.GCS(bucket_name=parts.netloc, object_key=key))
+    # any other URL: namespace scheme://authority, name the path (the spec's general rule)
+    return f"{parts.scheme}://{parts.netloc}", key or "/"
+
+
+def _named(naming: Any) -> tuple[str, str]:
+    return naming.get_namespace(), naming.get_name()
+
+
+def _dataset(kind: str, namespace: str, name: str) -> Dataset:
+    from openlineage.client.event_v2 import InputDataset, OutputDataset
+
+    cls = InputDataset if kind == "input" else OutputDataset
+    return cls(namespace=namespace, name=name)
+
+
+def _unique(datasets: Iterable[Dataset]) -> list[Dataset]:
+    seen: dict[tuple[str, str], Dataset] = {}
+    for dataset in datasets:
+        seen.setdefault((dataset.namespace, dataset.name), dataset)
+    return list(seen.values())
+
+
+# facets
+
+
+def _facet_classes() -> tuple[type, type]:
+    """The two custom facet classes, defined on first use so this module imports without OpenLineage."""
+    global _FACETS
+    if _FACETS is None:
+        import attr
+        from openlineage.client.facet_v2 import JobFacet, RunFacet
+
+        @attr.define
+        class TorchXAppJobFacet(JobFacet):
+            """The TorchX app a task runs: scheduler, app name, roles (env names only)."""
+
+            scheduler: str | None
+            appName: str  # noqa: N815 - OpenLineage facets use camelCase
+            roles: list[dict[str, Any]]
+
+            @staticmethod
+            def _get_schema() -> str:
+                return FACET_SCHEMA.format("app-job-facet")
+
+        @attr.define
+        class TorchXRunFacet(RunFacet):
+            """One TorchX run: its handle, final state and error, and its tracker sources."""
+
+            appHandle: str  # noqa: N815
+            state: str
+            message: str = ""
+            structuredError: str = ""  # noqa: N815
+            sources: list[str] = attr.Factory(list)
+
+            @staticmethod
+            def _get_schema() -> str:
+                return FACET_SCHEMA.format("run-facet")
+
+        _FACETS = (TorchXAppJobFacet, TorchXRunFacet)
+    return _FACETS
+
+
+_FACETS: tuple[type, type] | None = None
+
+
+def app_job_facets(app: AppDef, scheduler: str | None) -> dict[str, Any]:
+    """Job facets of ``app``: ``torchx_app`` (roles, images, entrypoints, replicas, resources, env names)."""
+    from torchx_airflow.apps import summarize_role
+
+    app_facet, _ = _facet_classes()
+    # role args can carry anything the DAG author templated in: they stay out of lineage events
+    roles = [{k: v for k, v in summarize_role(role).items() if k != "args"} for role in app.roles]
+    return {APP_FACET: app_facet(scheduler=scheduler, appName=app.name, roles=roles)}
+
+
+def run_facets(
+    app_handle: str, state: str, message: str = "", structured_error: str = "", sources: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Run facets of one TorchX run: ``torchx_run`` and the standard ``externalQuery``."""
+    from openlineage.client.facet_v2 import external_query_run
+
+    _, run_facet = _facet_classes()
+    namespace = run_dataset_name(app_handle)
+    return {
+        RUN_FACET: run_facet(
+            appHandle=app_handle,
+            state=state,
+            message=message,
+            structuredError=structured_error,
+            sources=sorted(sources),
+        ),
+        "externalQuery": external_query_run.ExternalQueryRunFacet(
+            externalQueryId=app_handle, source=namespace[0] if namespace else app_handle
+        ),
+    }
+
+
+# datasets
+
+
+def consumed_artifacts(parent_artifacts: Mapping[str, Mapping[str, Any]], app: AppDef) -> list[str]:
+    """Paths of the parents' artifacts that ``app``'s arguments name (also inside ``a,b,c`` lists)."""
+    words = " ".join(str(arg) for role in app.roles for arg in [role.entrypoint, *role.args])
+    paths = []
+    for artifact in parent_artifacts.values():
+        path = str(artifact.get("path") or "")
+        if path and path in words:
+            paths.append(path)
+    return paths
+
+
+def lineage_datasets(
+    app_handle: str | None,
+    parents: Sequence[str],
+    consumed: Sequence[str] = (),
+    produced: Sequence[str] = (),
+) -> tuple[list[Dataset], list[Dataset]]:
+    """Inputs (the parents' runs, the artifacts consumed) and outputs (this run, its artifacts)."""
+    inputs = [_dataset("input", *name) for name in map(run_dataset_name, parents) if name]
+    inputs += [_dataset("input", *artifact_dataset_name(path)) for path in consumed]
+    outputs = []
+    own = run_dataset_name(app_handle) if app_handle else None
+    if own:
+        outputs.append(_dataset("output", *own))
+    # an artifact the app records from its inputs (evaluate's best model) stays an input only
+    outputs += [_dataset("output", *artifact_dataset_name(path)) for path in produced if path not in consumed]
+    return _unique(inputs), _unique(outputs)
+
+
+# what the operator's get_openlineage_facets_on_* return
+#
+# The provider calls these in a forked child of the task process by default, where a call to the
+# Airflow API (a connection, an XCom) can hang on the parent's channel: they read only what the
+# task already holds (its built app, hook, trackers, result) and the tracker stores themselves.
+
+
+def _cached(operator: TorchXOperator, name: str) -> Any:
+    """A cached property of the operator if this process computed it, else None (never computed here)."""
+    return operator.__dict__.get(name)
+
+
+def _describe_app(operator: TorchXOperator) -> AppDef | None:
+    """The app of this execution if already built, else the task's app without tracker env."""
+    app = _cached(operator, "_app")
+    if app is not None:
+        return app
+    import copy
+
+    from torchx_airflow.apps import build_app_from_component, normalize_component_args
+    from torchx_airflow.operators.torchx import app_name_for
+
+    # START comes before execute(): describe the app as build_app will, but open no tracker
+    if operator.app is not None:
+        app = copy.deepcopy(operator.app)
+    else:
+        args = normalize_component_args(operator.component_args)
+        app = build_app_from_component(str(operator.component), args)
+    for role in app.roles:
+        role.env = {**role.env, **operator.env}
+    name = app_name_for(operator.task_id) if operator.app_name is None else str(operator.app_name).strip()
+    app.name = name or app.name
+    return app
+
+
+def _scheduler(operator: TorchXOperator) -> str | None:
+    hook = _cached(operator, "hook")
+    return hook.scheduler if hook is not None else (operator.scheduler or None)
+
+
+def _job_facets(operator: TorchXOperator, app: AppDef | None) -> dict[str, Any]:
+    return app_job_facets(app, _scheduler(operator)) if app is not None else {}
+
+
+def lineage_on_start(operator: TorchXOperator) -> OperatorLineage:
+    """START: the app about to be submitted (its handle does not exist yet)."""
+    from airflow.providers.openlineage.extractors import OperatorLineage
+
+    return OperatorLineage(job_facets=_job_facets(operator, _describe_app(operator)))
+
+
+def _store(operator: TorchXOperator) -> Any:
+    trackers = _cached(operator, "trackers")
+    return trackers.stores[0] if trackers else None
+
+
+def _outcome(operator: TorchXOperator, app: AppDef | None) -> dict[str, Any]:
+    """The run's summary and tracker results: the task's result, else asked of scheduler and tracker."""
+    from torchx_airflow.apps import summarize_status
+    from torchx_airflow.lineage import run_results
+
+    result = _cached(operator, "_result")
+    app_handle = operator._app_handle
+    if result is not None or not app_handle:
+        return dict(result or {})
+    # a failed app, or a resumed deferred wait whose result went straight to XCom
+    status = _cached(operator, "_status")
+    hook = _cached(operator, "hook")
+    try:
+        if (status is None or not status.is_terminal()) and hook is not None:
+            status = hook.status(app_handle)
+    except Exception as e:
+        log.warning("No final status of %s for OpenLineage: %s: %s", app_handle, type(e).__name__, e)
+    outcome = summarize_status(app_handle, status, app) if status is not None else {"app_handle": app_handle}
+    store = _store(operator)
+    if store is not None:
+        outcome.update(run_results(store, app_handle))
+    return outcome
+
+
+def _parents(operator: TorchXOperator, task_instance: Any, outcome: Mapping[str, Any]) -> list[str]:
+    """The parents the tracker lineage recorded for this run (``torchx_airflow.lineage.parent_runs``)."""
+    if _store(operator) is not None:
+        return list(outcome.get("sources") or [])
+    from airflow.providers.openlineage import conf
+
+    if not conf.execute_in_thread():
+        return []  # untracked, and a forked child cannot ask Airflow for the upstream XComs
+    from torchx_airflow.lineage import parent_runs
+
+    try:
+        return parent_runs({"ti": task_instance, "task": operator})  # type: ignore[typeddict-item]
+    except Exception as e:  # lineage never fails a task
+        log.warning("No parents for OpenLineage of %s: %s: %s", task_instance.task_id, type(e).__name__, e)
+        return []
+
+
+def _consumed(operator: TorchXOperator, parents: Sequence[str], app: AppDef | None) -> list[str]:
+    """Paths of the parents' artifacts (in the task's first tracker) that the app's arguments name."""
+    store = _store(operator)
+    if not parents or store is None or app is None:
+        return []
+    from torchx_airflow.lineage import run_results
+
+    artifacts = {
+        f"{parent}/{name}": artifact
+        for parent in parents
+        for name, artifact in run_results(store, parent)["artifacts"].items()
+    }
+    return consumed_artifacts(artifacts, app)
+
+
+def _lineage(operator: TorchXOperator, task_instance: Any, produced: bool) -> OperatorLineage:
+    from airflow.providers.openlineage.extractors import OperatorLineage
+
+    app = _describe_app(operator)
+    outcome = _outcome(operator, app)
+    app_handle = outcome.get("app_handle")
+    parents = _parents(operator, task_instance, outcome)
+    artifacts = (outcome.get("artifacts") or {}).values() if produced else []
+    inputs, outputs = lineage_datasets(
+        app_handle,
+        parents,
+        _consumed(operator, parents, app),
+        [str(a["path"]) for a in artifacts if a.get("path")],
+    )
+    facets = {}
+    if app_handle:
+        facets = run_facets(
+            str(app_handle),
+            str(outcome.get("state") or "UNKNOWN"),
+            str(outcome.get("msg") or ""),
+            str(outcome.get("structured_error_msg") or ""),
+            outcome.get("sources") or [],
+        )
+    return OperatorLineage(
+        inputs=inputs, outputs=outputs, run_facets=facets, job_facets=_job_facets(operator, app)
+    )
+
+
+def lineage_on_complete(operator: TorchXOperator, task_instance: Any) -> OperatorLineage:
+    """COMPLETE: handle, state, sources; the parents' runs and the artifacts read in, its own out."""
+    return _lineage(operator, task_instance, produced=True)
+
+
+def lineage_on_failure(operator: TorchXOperator, task_instance: Any) -> OperatorLineage:
+    """FAIL: handle, final state and structured error; the parents' runs in, its own run out."""
+    return _lineage(operator, task_instance, produced=False)
+
+
+# the job's env
+
+
+def parent_run_env(context: Context | None = None) -> dict[str, str]:
+    """The OpenLineage parent run of the task, as the env the OpenLineage clients read.
+
+    ``OPENLINEAGE_PARENT_ID`` and ``OPENLINEAGE_ROOT_PARENT_ID`` (``<namespace>/<job name>/<run id>``:
+    the task's run and its DAG run's, the ids the provider's listener emits for them), which
+    openlineage-python integrations such as ``dbt-ol`` read to nest their events under the task.
+    Empty without the provider, when it is disabled, or outside a running task.
+    """
+    if not is_enabled():
+        return {}
+    if context is None:
+        from airflow.sdk import get_current_context
+
+        try:
+            context = get_current_context()
+        except Exception:  # not in a running task: a DAG file calling build_app, a unit test
+            return {}
+    from airflow.providers.openlineage.plugins import macros
+
+    ti = context["ti"]
+    try:
+        return {PARENT_ENV: macros.lineage_parent_id(ti), ROOT_PARENT_ENV: macros.lineage_root_parent_id(ti)}
+    except Exception as e:
+        log.warning("No OpenLineage parent run for the job: %s: %s", type(e).__name__, e)
+        return {}
