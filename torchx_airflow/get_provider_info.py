@@ -32,7 +32,10 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "operators": [
-            {"integration-name": integration, "python-modules": ["torchx_airflow.operators.torchx"]}
+            {
+                "integration-name": integration,
+                "python-modules": ["torchx_airflow.operators.torchx", "torchx_airflow.operators.dryrun"],
+            }
         ],
         "task-decorators": [{"name": "torchx", "class-name": "torchx_airflow.decorators.torchx.torchx_task"}],
         "sensors": [{"integration-name": integration, "python-modules": ["torchx_airflow.sensors.torchx"]}],

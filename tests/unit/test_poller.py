@@ -67,6 +67,10 @@ def test_many_waits_share_one_batched_query_off_the_event_loop():
     async def main():
         poller = shared_poller("conn", "slurm", lambda: hook)
         answers = await _first_answers(poller, handles)
+        for _ in range(500):  # the loop ends on its own once the last subscriber left
+            if poller._task is None and hook.closed:
+                break
+            await asyncio.sleep(0.01)
         return poller, answers
 
     poller, answers = asyncio.run(main())

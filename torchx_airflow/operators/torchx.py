@@ -1,30 +1,24 @@
 """Operators that dry-run and run TorchX apps.
 
-``TorchXDryRunOperator`` shows exactly what would be submitted; ``TorchXOperator`` submits it,
-pushes the app handle to XCom the moment it exists, and waits while streaming the app's logs.
-Importing this module imports no TorchX scheduler, MLflow, s3fs or docker module.
+``TorchXDryRunOperator`` (``operators/dryrun.py``) shows exactly what would be submitted;
+``TorchXOperator`` submits it, keeps the app handle the moment it exists, and waits while streaming
+the app's logs. Both are imported from here. Importing this module imports no TorchX scheduler,
+MLflow, s3fs or docker module.
 """
 
 from __future__ import annotations
 
-import ast
-import copy
-import json
-import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator, ResumableJobMixin
+from airflow.sdk import ResumableJobMixin
 from airflow.sdk.configuration import conf
 
 from torchx_airflow.apps import (
     SUCCEEDED,
-    build_app_from_component,
-    normalize_component_args,
     role_replicas,
-    summarize_dryrun,
     summarize_status,
 )
 from torchx_airflow.assets import check_artifact_assets, emit_asset_events
@@ -32,215 +26,28 @@ from torchx_airflow.exceptions import (
     TorchXAppFailedError,
     TorchXAppLostError,
     TorchXAppNotFoundError,
-    TorchXComponentError,
     TorchXConfigError,
     TorchXError,
 )
-from torchx_airflow.hooks.torchx import TorchXHook
 from torchx_airflow.links.torchx import XCOM_TRACKER_URL, XCOM_UI_URL, TorchXAppLink, TorchXTrackerLink
-from torchx_airflow.openlineage import parent_run_env
+from torchx_airflow.operators.dryrun import (
+    XCOM_APP_HANDLE,
+    TorchXDryRunOperator,
+    app_name_for,
+    mapping_param,
+)
+
+__all__ = ["XCOM_APP_HANDLE", "TorchXDryRunOperator", "TorchXOperator", "app_name_for", "mapping_param"]
 
 if TYPE_CHECKING:
-    import jinja2
     from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Asset, AssetAlias, Context
-    from torchx.specs import AppDef, AppDryRunInfo, AppStatus
-
-    from torchx_airflow.hooks.tracker import TrackerSet
-
-XCOM_APP_HANDLE = "app_handle"
-_NOT_NAME = re.compile(r"[^a-z0-9-]+")
-
-
-def app_name_for(task_id: str) -> str:
-    """A TorchX app name from a task id that every scheduler accepts: ``Train.Step_1`` -> ``train-step-1``."""
-    return _NOT_NAME.sub("-", task_id.lower()).strip("-")[:40].rstrip("-") or "app"
-
-
-def mapping_param(task_id: str, name: str, value: Any) -> dict[str, Any]:
-    """A mapping parameter after rendering: a dict, or the JSON / Python-literal text a template gave.
-
-    ``cfg="{{ params.cfg }}"`` renders to the text of a dict unless the DAG renders native objects;
-    both work. Anything else is refused, naming the parameter, the value and the fix.
-    """
-    if value is None or value == "":
-        return {}
-    given = value
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            try:
-                value = ast.literal_eval(value)
-            except (ValueError, SyntaxError):
-                pass
-    if not isinstance(value, Mapping):
-        raise TorchXConfigError(
-            f"Task {task_id!r}: {name!r} must be a mapping (a dict, or a template rendering to the JSON "
-            f'of one), got {given!r}. Write it as e.g. {name}={{"key": "value"}}, or template it from a '
-            f'param holding an object: {name}="{{{{ params.{name} }}}}".'
-        )
-    return dict(value)
+    from torchx.specs import AppDef, AppStatus
 
 
 _IN_PROCESS_SCHEDULERS = ("local_cwd", "local_docker")
 # App states worth reattaching to; UNKNOWN is what some schedulers report right after submission.
 _ACTIVE_STATES = frozenset({"UNSUBMITTED", "SUBMITTED", "PENDING", "RUNNING", "UNKNOWN"})
-
-
-class TorchXDryRunOperator(BaseOperator):
-    """Dry-run a TorchX app: log the scheduler's request and return a JSON-safe summary of it.
-
-    Give either a component with its arguments, exactly as on the ``torchx run`` command line,
-    or an ``AppDef``::
-
-        TorchXDryRunOperator(
-            task_id="plan",
-            component="utils.python",
-            component_args=["--script", "dags/jobs/train.py", "--", "--lr", "{{ params.lr }}"],
-        )
-
-    :param component: builtin (``utils.python``), ``path/file.py:function`` or entry-point component.
-    :param component_args: the component's arguments (a list, or one string split like a shell would).
-    :param app: a ``torchx.specs.AppDef`` instead of a component; its roles' args, env and
-        entrypoint are templated.
-    :param scheduler: overrides the connection's scheduler.
-    :param cfg: scheduler run options merged over the connection's ``cfg``.
-    :param env: environment variables added to every role.
-    :param torchx_conn_id: the ``torchx`` connection (scheduler, cfg, trackers).
-    :param tracker_conn_ids: tracker connections (``torchx_fsspec`` / ``mlflow``) for this task,
-        overriding the ``trackers`` of the torchx connection; ``[]`` tracks nothing.
-    :param app_name: the app's name, the start of its id (``slurm://torchx/<app_name>-<suffix>``).
-        Default: the task id, made scheduler-safe (``train``, ``group-step``), so the jobs in the
-        scheduler's queue and the runs in the trackers say which task launched them. Give ``""`` to
-        keep the component's own name.
-    """
-
-    template_fields: Sequence[str] = (
-        "component",
-        "component_args",
-        "app",
-        "scheduler",
-        "cfg",
-        "env",
-        "torchx_conn_id",
-        "tracker_conn_ids",
-        "app_name",
-    )
-    template_fields_renderers = {"cfg": "json", "env": "json", "component_args": "py"}
-    ui_color = "#ee4c2c"
-
-    def __init__(
-        self,
-        *,
-        component: str | None = None,
-        component_args: str | Sequence[Any] | None = None,
-        app: AppDef | None = None,
-        scheduler: str | None = None,
-        cfg: Mapping[str, Any] | None = None,
-        env: Mapping[str, str] | None = None,
-        torchx_conn_id: str = TorchXHook.default_conn_name,
-        tracker_conn_ids: str | Sequence[str] | None = None,
-        app_name: str | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        if (component is None) == (app is None):
-            raise TorchXComponentError(
-                f"Task {kwargs.get('task_id')!r}: give exactly one of 'component' (e.g. "
-                "component='utils.python', component_args=['--script', 'train.py']) or 'app' (an AppDef); "
-                f"got component={component!r} and app={'an AppDef' if app is not None else None}."
-            )
-        self.component = component
-        self.component_args = component_args
-        self.app = app
-        self.scheduler = scheduler
-        # template fields are kept as given: they are rendered first, normalised in execute()
-        self.cfg = cfg
-        self.env = env
-        self.torchx_conn_id = torchx_conn_id
-        self.tracker_conn_ids = tracker_conn_ids
-        self.app_name = app_name
-
-    @cached_property
-    def hook(self) -> TorchXHook:
-        """The hook for this task's connection, with the task's scheduler and cfg overrides."""
-        cfg = mapping_param(self.task_id, "cfg", self.cfg)
-        return TorchXHook(self.torchx_conn_id, scheduler=self.scheduler or None, cfg=cfg)
-
-    @cached_property
-    def trackers(self) -> TrackerSet:
-        """This task's tracker backends (their secrets are masked from here on)."""
-        from torchx_airflow.tracking import task_trackers
-
-        return task_trackers(self.tracker_conn_ids, self.torchx_conn_id, f"Task {self.task_id!r}")
-
-    def render_template_fields(self, context: Context, jinja_env: jinja2.Environment | None = None) -> None:
-        # Rendering an AppDef mutates it: work on this task's own copy, never the DAG file's object.
-        self.app = copy.deepcopy(self.app)
-        super().render_template_fields(context, jinja_env)
-        # Registered before Airflow stores the rendered fields: sensitive env values show as ***.
-        from torchx_airflow.secrets import mask_sensitive_env
-
-        for role in self.app.roles if self.app is not None else []:
-            mask_sensitive_env(role.env)
-        if isinstance(self.env, Mapping):
-            mask_sensitive_env({str(k): str(v) for k, v in self.env.items()})
-
-    def _render_nested_template_fields(
-        self, value: Any, context: Context, jinja_env: jinja2.Environment, seen_oids: set[int]
-    ) -> None:
-        from torchx.specs import AppDef
-
-        if not isinstance(value, AppDef):
-            return super()._render_nested_template_fields(value, context, jinja_env, seen_oids)
-        for role in value.roles:
-            role.entrypoint = self.render_template(role.entrypoint, context, jinja_env, seen_oids)
-            role.args = self.render_template(list(role.args), context, jinja_env, seen_oids)
-            role.env = self.render_template(dict(role.env), context, jinja_env, seen_oids)
-
-    def build_app(self) -> AppDef:
-        """The ``AppDef`` to run: the component or a copy of ``app``, plus ``env`` and the tracker env."""
-        env = {str(k): str(v) for k, v in mapping_param(self.task_id, "env", self.env).items()}
-        tracker_env = self.trackers.job_env()
-        clash = sorted(k for k in env if k.startswith("TORCHX_TRACKER") and tracker_env)
-        if clash:
-            raise TorchXConfigError(
-                f"Task {self.task_id!r} sets {clash} in 'env' and also has tracker connections "
-                f"{self.trackers.conn_ids}. Configure trackers one way: remove them from 'env', or set "
-                "tracker_conn_ids=[] to track only through 'env'."
-            )
-        if self.component is not None:
-            app = build_app_from_component(self.component, normalize_component_args(self.component_args))
-        else:
-            app = copy.deepcopy(self.app)
-        for role in app.roles:
-            role.env = {**role.env, **tracker_env, **parent_run_env(), **env}
-        name = app_name_for(self.task_id) if self.app_name is None else str(self.app_name).strip()
-        if name:
-            app.name = name
-        return app
-
-    def dryrun(self, app: AppDef) -> tuple[AppDryRunInfo, dict[str, Any]]:
-        """Dry-run ``app`` through the hook; log the request and return it with its summary."""
-        scheduler = self.hook.scheduler
-        cfg = self.hook.resolve_cfg(scheduler, self.hook.cfg)
-        info = self.hook.dryrun(app, scheduler, cfg, secret_env_names=self.trackers.secret_env_names())
-        summary = summarize_dryrun(info, app, scheduler, cfg)
-        summary["trackers"] = self.trackers.conn_ids
-        self.log.info(
-            "TorchX dry run of app %s on scheduler %s:\n%s",
-            app.name,
-            summary["scheduler"],
-            summary["request"],
-        )
-        return info, summary
-
-    def execute(self, context: Context) -> dict[str, Any]:
-        try:
-            return self.dryrun(self.build_app())[1]
-        finally:
-            self.hook.close()
 
 
 class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
