@@ -15,7 +15,7 @@ AIRFLOW_PORT ?= 8080
 MLFLOW_PORT ?= 5000
 STACK_ENV = AIRFLOW_PORT=$(AIRFLOW_PORT) MLFLOW_PORT=$(MLFLOW_PORT) AIRFLOW_LOG_PORT=$(or $(AIRFLOW_LOG_PORT),8793)
 
-.PHONY: install demo test lint clean up down slurm-up slurm-down
+.PHONY: install demo test lint clean up down slurm-up slurm-down bench
 
 install: $(VENV)/.installed
 
@@ -33,6 +33,11 @@ demo: install
 test: install
 	bash scripts/airflow-home.sh
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Every bench/bench_*.py, each figure against its baseline in the same run: writes docs/benchmarks.md.
+# BENCH_ARGS=tracker runs only bench/bench_tracker.py.
+bench: install
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 up: install
 	$(STACK_ENV) bash scripts/airflow-stack.sh up
