@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 Figure = dict[str, Any]
+MAX_ERROR_NOTE = 400
 FIELDS = ("figure", "baseline", "target", "value", "baseline_value", "ratio", "unit", "meets_target", "note")
 
 
@@ -86,5 +87,5 @@ def error_row(module: str, error: BaseException) -> Figure:
         "ratio": float("nan"),
         "unit": "",
         "meets_target": False,
-        "note": f"{type(error).__name__}: {error}",
+        "note": f"{type(error).__name__}: {str(error)[:MAX_ERROR_NOTE]}",
     }

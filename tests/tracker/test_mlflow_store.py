@@ -8,9 +8,11 @@ import time
 import uuid
 
 import pytest
+from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 from torchx_airflow_tracker.config import TrackerConfigError
 from torchx_airflow_tracker.mlflow_store import (
+    CLAIM_PREFIX,
     MAX_SPLIT_VALUE,
     RUN_ID_TAG,
     MlflowStore,
@@ -24,6 +26,7 @@ JOIN_SECONDS = 480
 
 def _rank(uri: str, experiment: str, run_id: str, rank: int, start) -> None:
     store = MlflowStore(uri, experiment)
+    store.experiment_id  # noqa: B018 - mlflow imported and the experiment known before the race
     start.wait()
     store.add_metadata(run_id, **{f"rank{rank}": rank})
 
@@ -41,13 +44,12 @@ def test_ranks_creating_the_run_at_once_get_one_run(tracking_uri):
     experiment, run_id = f"race-{uuid.uuid4().hex[:6]}", f"slurm://torchx/race-{uuid.uuid4().hex[:6]}"
     MlflowStore(tracking_uri, experiment).experiment_id  # noqa: B018 - the experiment exists, the run does not
     ctx = multiprocessing.get_context("spawn")
-    start = ctx.Event()
+    start = ctx.Barrier(RANKS)  # every rank imported and ready, then all create at once
     procs = [
         ctx.Process(target=_rank, args=(tracking_uri, experiment, run_id, r, start)) for r in range(RANKS)
     ]
     for p in procs:
         p.start()
-    start.set()
     deadline = time.monotonic() + JOIN_SECONDS  # generous: spawned ranks import mlflow on a busy machine
     for p in procs:
         p.join(max(1.0, deadline - time.monotonic()))
@@ -59,10 +61,11 @@ def test_ranks_creating_the_run_at_once_get_one_run(tracking_uri):
     assert len(runs) == 1
     assert runs[0].info.run_name == run_id
     assert MlflowStore(tracking_uri, experiment).metadata(run_id) == {f"rank{r}": r for r in range(RANKS)}
-    # the claims that serialised creation are out of sight: only the experiment itself is listed
-    assert [e.name for e in client.search_experiments(filter_string=f"name LIKE '%{experiment}%'")] == [
-        experiment
-    ]
+    # creation went through one claim, which is out of sight now (deleted, so the UI lists none)
+    claims = f"name LIKE '{CLAIM_PREFIX}%'"
+    assert client.search_experiments(filter_string=claims) == []
+    deleted = client.search_experiments(filter_string=claims, view_type=ViewType.DELETED_ONLY)
+    assert len([e for e in deleted if e.name.endswith(".0")]) >= 1
 
 
 def test_a_run_deleted_by_a_user_is_created_again(tracking_uri):
