@@ -76,22 +76,25 @@ def test_torchx_fsspec_backend_tests_on_our_fsspec_store():
 class _FsspecBackend(FsspecStore):
     """TorchX's test backend takes an optional config path; ours keeps it and stores in a fresh dir."""
 
+    base_dir = Path(tempfile.gettempdir())  # the test sets its tmp_path
+
     def __init__(self, config_path: str | None = None) -> None:
-        super().__init__(tempfile.mkdtemp(prefix="torchx-suite-"))
+        super().__init__(tempfile.mkdtemp(prefix="store-", dir=self.base_dir))
         self.config_path = config_path
 
 
-_MLFLOW_DB = Path(tempfile.mkdtemp(prefix="torchx-suite-mlflow-")) / "mlflow.db"
-
-
 class _MlflowBackend(MlflowStore):
+    base_dir = Path(tempfile.gettempdir())
+
     def __init__(self, config_path: str | None = None) -> None:
-        super().__init__(f"sqlite:///{_MLFLOW_DB}", experiment=f"suite-{uuid.uuid4().hex[:8]}")
+        uri = f"sqlite:///{self.base_dir / 'mlflow.db'}"
+        super().__init__(uri, experiment=f"suite-{uuid.uuid4().hex[:8]}")
         self.config_path = config_path
 
 
 @pytest.mark.parametrize("backend", [_FsspecBackend, _MlflowBackend], ids=["fsspec", "mlflow"])
-def test_torchx_api_tests_on_our_stores(backend):
+def test_torchx_api_tests_on_our_stores(backend, tmp_path, monkeypatch):
+    monkeypatch.setattr(backend, "base_dir", tmp_path)
     module = _load("torchx/tracker/test/api_test.py")
     module.TestTrackerBackend = backend
     AppRun.run_from_env.cache_clear()  # TorchX caches the AppRun per process: not across our backends

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import posixpath
-import stat
 import uuid
 from typing import TYPE_CHECKING
 
@@ -58,7 +57,7 @@ class StoreFiles:
             self.fs.pipe_file(path, b"")
             return True
         try:
-            os.mknod(path, 0o644 | stat.S_IFREG)  # one call: no descriptor to close
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
         except FileExistsError:
             return False
         except FileNotFoundError:
@@ -69,7 +68,8 @@ class StoreFiles:
     def read(self, path: str) -> bytes:
         """The file's bytes; ``FileNotFoundError`` if it does not exist."""
         if self.local:
-            return _read_local(path)
+            with open(path, "rb") as f:
+                return f.read()
         return self.fs.cat_file(path)
 
     def read_text(self, path: str) -> str | None:
@@ -101,26 +101,10 @@ class StoreFiles:
 
 
 def _write_local(path: str, data: bytes) -> None:
-    # os-level calls: Python's open() adds an fstat, an ioctl and a buffer per file
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        f = open(path, "wb")  # noqa: SIM115 - the retry below needs the open outside a with
     except FileNotFoundError:
         os.makedirs(posixpath.dirname(path), exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
-
-
-def _read_local(path: str) -> bytes:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+        f = open(path, "wb")  # noqa: SIM115
+    with f:
+        f.write(data)
