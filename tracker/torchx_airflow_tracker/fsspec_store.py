@@ -13,8 +13,9 @@ plus an index that answers "which runs have X as a source" without reading every
     <root>/<b32(INDEX_ID)>/.staging/                                 local disks: files before their rename
 
 What this store adds: entry names unique across processes and hosts (``<time_ns>-<uuid>``) that
-sort in write order, so the later write wins deterministically; atomic writes (a reader never sees
-a partial entry); idempotent edges with several artifact names; ``lineage()``; and
+sort in write order, so the later write wins deterministically; readers never return a partial
+entry (an entry is written once under its unique name and skipped until it parses; edge files,
+which change, are replaced atomically); idempotent edges with several artifact names; ``lineage()``; and
 ``run_ids(parent_run_id=...)`` / ``descendants()`` answered from the index. A source gets no run
 directory of its own (an external dataset id never shows up in ``run_ids()``).
 
@@ -124,13 +125,19 @@ class FsspecStore(EdgeQueries, TrackerBase):
         entries = []
         for name in self.files.names(directory):
             text = self.files.read_text(posixpath.join(directory, name))
-            if text is not None:  # None: removed since listed
+            if text is None:  # removed since listed
+                continue
+            try:
                 entries.append(json.loads(text))
+            except json.JSONDecodeError:
+                continue  # an entry still being written: not there yet (no prefix of one is JSON)
         return entries
 
     def _append(self, run_id: str, category: str, content: Mapping[str, Any]) -> None:
+        # entries are written once under a unique name, so no rename is needed: readers skip an
+        # entry until it is whole
         path = posixpath.join(self._run_dir(run_id), category, entry_name())
-        self.files.write(path, json.dumps(content, default=str))
+        self.files.create(path, json.dumps(content, default=str))
 
     # TrackerBase
 
