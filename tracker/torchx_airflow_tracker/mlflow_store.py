@@ -294,17 +294,18 @@ class MlflowStore(EdgeQueries, TrackerBase):
         deadline = time.monotonic() + CLAIM_TIMEOUT_SECONDS
         delay = 0.01
         while True:
+            # The claim is read before the search: its creator deletes it only once the run exists,
+            # so a claim seen deleted and then no run found means the run was deleted since.
+            claim = self.client.get_experiment_by_name(claim_name)
             runs = self._runs_of(run_id)
             if runs:
                 return runs[0].info.run_id
-            claim = self.client.get_experiment_by_name(claim_name)
-            # the creator deletes its claim only after its run exists: a deleted claim and no run
-            # means the run was deleted since
-            if claim is None or claim.lifecycle_stage == "deleted" or time.monotonic() > deadline:
-                if claim is not None and claim.lifecycle_stage != "deleted":
-                    log.warning(
-                        "No MLflow run of %s after %s s: claiming it again", run_id, CLAIM_TIMEOUT_SECONDS
-                    )
+            if claim is None or claim.lifecycle_stage == "deleted":
+                return None
+            if time.monotonic() > deadline:
+                log.warning(
+                    "No MLflow run of %s after %s s: claiming it again", run_id, CLAIM_TIMEOUT_SECONDS
+                )
                 return None
             time.sleep(delay)
             delay = min(delay * 2, 0.25)
