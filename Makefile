@@ -35,7 +35,7 @@ MLFLOW_PORT ?= 5000
 STACK_ENV = AIRFLOW_PORT=$(AIRFLOW_PORT) MLFLOW_PORT=$(MLFLOW_PORT) AIRFLOW_LOG_PORT=$(or $(AIRFLOW_LOG_PORT),8793) \
 	EXECUTOR=$(EXECUTOR) REDIS_PORT=$(or $(REDIS_PORT),6379) CELERY_WORKERS=$(or $(CELERY_WORKERS),2)
 
-.PHONY: install demo test lint clean up down slurm-up slurm-down
+.PHONY: install demo test lint clean up down slurm-up slurm-down bench
 
 install: $(STAMP)
 
@@ -62,6 +62,11 @@ demo: install
 test: install
 	bash scripts/airflow-home.sh
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Every bench/bench_*.py, each figure against its baseline in the same run: writes docs/benchmarks.md.
+# BENCH_ARGS=tracker runs only bench/bench_tracker.py.
+bench: install
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 up: install
 	$(STACK_ENV) bash scripts/airflow-stack.sh up

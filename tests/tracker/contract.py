@@ -103,6 +103,24 @@ class TrackerContract:
         store.add_artifact(b, "m", "/m")
         assert {a, b} <= set(store.run_ids())
 
+    def test_a_source_that_never_tracked_is_not_a_run(self, store):
+        run, dataset = rid("reads-data"), f"s3://data/set-{uuid.uuid4().hex[:8]}"
+        store.add_source(run, dataset, "train")
+        assert dataset not in set(store.run_ids())
+        assert run in set(store.run_ids())
+        assert list(store.run_ids(parent_run_id=dataset)) == [run]
+        assert [d.source_run_id for d in store.descendants(dataset)] == [run]
+        assert store.metadata(dataset) == {}
+
+    def test_values_of_any_size_read_back(self, store):
+        run = rid("sizes")
+        path = "s3://b/" + "x" * 9000
+        store.add_artifact(run, "model", path, {"note": "n" * 9000})
+        store.add_metadata(run, text="t" * 20000, **{"k" * 300: 1})
+        assert store.artifacts(run)["model"].path == path
+        assert store.artifacts(run)["model"].metadata == {"note": "n" * 9000}
+        assert store.metadata(run) == {"text": "t" * 20000, "k" * 300: 1}
+
     def test_run_ids_rejects_unknown_filters(self, store):
         import pytest
 

@@ -6,13 +6,14 @@ import json
 import multiprocessing
 import re
 import time
+import uuid
 
 import fsspec
 import pytest
 from torchx.tracker.api import TrackerSource, build_trackers
 from torchx.tracker.backend.fsspec import FsspecTracker
 from torchx_airflow_tracker.config import TrackerConfigError
-from torchx_airflow_tracker.fsspec_store import FsspecStore, create
+from torchx_airflow_tracker.fsspec_store import INDEX_ID, FsspecStore, create
 
 PARENT, CHILD = "slurm://torchx/parent-1", "slurm://torchx/child-2"
 
@@ -31,21 +32,74 @@ def test_torchx_reads_a_store_we_wrote(tmp_path):
     assert theirs.metadata(CHILD) == {"lr": 0.1, "epochs": 2}
     assert theirs.artifacts(CHILD)["model"].path == "/m.pt"
     assert list(theirs.sources(CHILD)) == [TrackerSource(PARENT, "data")]
-    assert sorted(theirs.run_ids()) == sorted([PARENT, CHILD])
+    # TorchX lists every directory under the root: the runs, and this store's index
+    assert sorted(theirs.run_ids()) == sorted([PARENT, CHILD, INDEX_ID])
     assert list(theirs.run_ids(parent_run_id=PARENT)) == [CHILD]
 
 
-def test_we_read_a_store_torchx_wrote(tmp_path):
-    _write_sample(FsspecTracker(fsspec.filesystem("file"), str(tmp_path)))
-    ours = FsspecStore(str(tmp_path))
+def _torchx_store(fs: fsspec.AbstractFileSystem, root: str) -> FsspecTracker:
+    fs.makedirs(root, exist_ok=True)
+    return FsspecTracker(fs, root)
+
+
+@pytest.fixture(params=["file", "memory"])
+def torchx_written(request, tmp_path):
+    """A store root written by TorchX's own FsspecTracker, and our store on the same root."""
+    if request.param == "file":
+        root, url = str(tmp_path / "torchx"), str(tmp_path / "torchx")
+    else:
+        root = f"/torchx-{uuid.uuid4().hex}"
+        url = f"memory://{root}"
+    theirs = _torchx_store(fsspec.filesystem(request.param), root)
+    _write_sample(theirs)
+    return theirs, FsspecStore(url)
+
+
+def test_we_answer_on_a_store_torchx_wrote_without_a_manual_step(torchx_written):
+    theirs, ours = torchx_written
     assert ours.metadata(CHILD) == {"lr": 0.1, "epochs": 2}
     assert ours.artifacts(CHILD)["model"].metadata == {"sha": "x"}
     assert list(ours.sources(CHILD)) == [TrackerSource(PARENT, "data")]
-    assert ours.lineage(CHILD).parent_ids == [PARENT]
-    # TorchX's stable writer leaves the descendants index empty; reindex() rebuilds it once
-    assert ours.reindex() == 1
     assert list(ours.run_ids(parent_run_id=PARENT)) == [CHILD]
+    assert ours.descendants(PARENT) == [TrackerSource(CHILD, "data")]
     assert ours.lineage(PARENT).descendant_ids == [CHILD]
+    assert ours.lineage(CHILD).parent_ids == [PARENT]
+    assert sorted(ours.run_ids()) == sorted([PARENT, CHILD])
+
+    # a run TorchX writes afterwards is answered for on the next query, by the same store object
+    grandchild = "slurm://torchx/grandchild-3"
+    theirs.add_source(grandchild, CHILD, "model")
+    assert list(ours.run_ids(parent_run_id=CHILD)) == [grandchild]
+    assert {e.run_id for e in ours.lineage(PARENT).downstream} == {CHILD, grandchild}
+    # and a fresh store object (another process) agrees, reading the index written above
+    assert ours.ensure_indexed() == 0
+    assert list(FsspecStore(ours.url).run_ids(parent_run_id=CHILD)) == [grandchild]
+
+
+def test_reindex_picks_up_a_source_torchx_added_to_an_indexed_run(tmp_path):
+    theirs = _torchx_store(fsspec.filesystem("file"), str(tmp_path))
+    _write_sample(theirs)
+    ours = FsspecStore(str(tmp_path))
+    assert list(ours.run_ids(parent_run_id=PARENT)) == [CHILD]
+    other_parent = "slurm://torchx/other-parent"
+    theirs.add_source(CHILD, other_parent)  # CHILD is indexed already: the documented gap
+    assert ours.reindex() == 1
+    assert list(ours.run_ids(parent_run_id=other_parent)) == [CHILD]
+    assert ours.reindex() == 0  # idempotent
+
+
+def test_stores_of_the_previous_layout_still_answer(tmp_path):
+    """Reverse edges the previous version wrote under <root>/<b32(parent)>/descendants/ are read."""
+    ours = FsspecStore(str(tmp_path))
+    ours.add_source(CHILD, PARENT, "data")
+    legacy = tmp_path / ours._run_dir(PARENT).rsplit("/", 1)[-1] / "descendants"
+    legacy.mkdir(parents=True)
+    (legacy / ours._run_dir("slurm://torchx/old-child").rsplit("/", 1)[-1]).write_text("model\n")
+    assert sorted(ours.run_ids(parent_run_id=PARENT)) == sorted([CHILD, "slurm://torchx/old-child"])
+    assert {(d.source_run_id, d.artifact_name) for d in ours.descendants(PARENT)} == {
+        (CHILD, "data"),
+        ("slurm://torchx/old-child", "model"),
+    }
 
 
 def test_torchx_cli_lists_our_store(tmp_path):
@@ -61,7 +115,7 @@ def test_torchx_cli_lists_our_store(tmp_path):
         f"t = create({str(config)!r}); print(sorted(t.run_ids())); print(t.metadata({CHILD!r}))"
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
-    assert str(sorted([PARENT, CHILD])) in out
+    assert str(sorted([PARENT, CHILD, INDEX_ID])) in out  # the index is a directory too
     assert "'epochs': 2" in out
 
 

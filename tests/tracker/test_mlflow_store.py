@@ -3,43 +3,80 @@ ranks race, batched writes, values over MLflow's limits, lineage tags, inline co
 
 from __future__ import annotations
 
-import logging
 import multiprocessing
+import time
 import uuid
 
 import pytest
+from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 from torchx_airflow_tracker.config import TrackerConfigError
-from torchx_airflow_tracker.mlflow_store import RUN_ID_TAG, MlflowStore, create
+from torchx_airflow_tracker.mlflow_store import (
+    CLAIM_PREFIX,
+    MAX_SPLIT_VALUE,
+    RUN_ID_TAG,
+    MlflowStore,
+    ValueTooLargeError,
+    create,
+)
 
-RANKS = 8
+RANKS = 6
+JOIN_SECONDS = 480
 
 
 def _rank(uri: str, experiment: str, run_id: str, rank: int, start) -> None:
     store = MlflowStore(uri, experiment)
+    store.experiment_id  # noqa: B018 - mlflow imported and the experiment known before the race
     start.wait()
     store.add_metadata(run_id, **{f"rank{rank}": rank})
 
 
-def test_ranks_creating_the_run_at_once_get_one_run(mlflow_uri):
+@pytest.fixture(params=["server", "sqlite"])
+def tracking_uri(request, tmp_path):
+    """The real MLflow tracking server, and an MLflow SQLite store used directly."""
+    if request.param == "server":
+        return request.getfixturevalue("mlflow_uri")
+    return f"sqlite:///{tmp_path}/mlflow.db"
+
+
+@pytest.mark.timeout(JOIN_SECONDS + 120)
+def test_ranks_creating_the_run_at_once_get_one_run(tracking_uri):
     experiment, run_id = f"race-{uuid.uuid4().hex[:6]}", f"slurm://torchx/race-{uuid.uuid4().hex[:6]}"
-    MlflowStore(mlflow_uri, experiment).experiment_id  # noqa: B018 - the experiment exists, the run does not
+    MlflowStore(tracking_uri, experiment).experiment_id  # noqa: B018 - the experiment exists, the run does not
     ctx = multiprocessing.get_context("spawn")
-    start = ctx.Event()
-    procs = [ctx.Process(target=_rank, args=(mlflow_uri, experiment, run_id, r, start)) for r in range(RANKS)]
+    start = ctx.Barrier(RANKS)  # every rank imported and ready, then all create at once
+    procs = [
+        ctx.Process(target=_rank, args=(tracking_uri, experiment, run_id, r, start)) for r in range(RANKS)
+    ]
     for p in procs:
         p.start()
-    start.set()
+    deadline = time.monotonic() + JOIN_SECONDS  # generous: spawned ranks import mlflow on a busy machine
     for p in procs:
-        p.join(120)
+        p.join(max(1.0, deadline - time.monotonic()))
         assert p.exitcode == 0
 
-    client = MlflowClient(mlflow_uri)
+    client = MlflowClient(tracking_uri)
     exp = client.get_experiment_by_name(experiment)
     runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`{RUN_ID_TAG}` = '{run_id}'")
     assert len(runs) == 1
     assert runs[0].info.run_name == run_id
-    assert MlflowStore(mlflow_uri, experiment).metadata(run_id) == {f"rank{r}": r for r in range(RANKS)}
+    assert MlflowStore(tracking_uri, experiment).metadata(run_id) == {f"rank{r}": r for r in range(RANKS)}
+    # creation went through one claim, which is out of sight now (deleted, so the UI lists none)
+    claims = f"name LIKE '{CLAIM_PREFIX}%'"
+    assert client.search_experiments(filter_string=claims) == []
+    deleted = client.search_experiments(filter_string=claims, view_type=ViewType.DELETED_ONLY)
+    assert len([e for e in deleted if e.name.endswith(".0")]) >= 1
+
+
+def test_a_run_deleted_by_a_user_is_created_again(tracking_uri):
+    experiment, run_id = f"del-{uuid.uuid4().hex[:6]}", "slurm://torchx/deleted-1"
+    store = MlflowStore(tracking_uri, experiment)
+    store.add_metadata(run_id, first=1)
+    MlflowClient(tracking_uri).delete_run(store.mlflow_run_id(run_id))
+    fresh = MlflowStore(tracking_uri, experiment)
+    fresh.add_metadata(run_id, second=2)
+    assert fresh.metadata(run_id) == {"second": 2}
+    assert fresh.mlflow_run_id(run_id) != store.mlflow_run_id(run_id)
 
 
 def test_more_than_a_batch_of_metadata_and_numbers_as_metrics(mlflow_uri):
@@ -53,19 +90,46 @@ def test_more_than_a_batch_of_metadata_and_numbers_as_metrics(mlflow_uri):
     assert "note" not in mlflow_run.data.metrics
 
 
-def test_values_over_mlflow_limits_are_truncated_with_a_warning(mlflow_uri, caplog):
+def test_values_over_mlflow_limits_read_back_whole(mlflow_uri):
+    """Every value MLflow cannot hold in one tag (metadata, artifact path or metadata, a key) reads back."""
     store = MlflowStore(mlflow_uri, f"limits-{uuid.uuid4().hex[:6]}")
     run_id = "slurm://torchx/limits-1"
-    with caplog.at_level(logging.WARNING):
-        store.add_metadata(run_id, huge="x" * 20000, fine=1)
-        store.add_artifact(run_id, "model", "/m.pt", {"blob": "y" * 20000})
-        store.add_metadata(run_id, **{"weird key: with/колон": 5})
-    assert "stored truncated" in caplog.text
+    huge_path = "s3://b/" + "x" * 9000  # the artifact path itself over the limit: this used to hang
+    quoted = {"q": '"\\' * 30000}  # JSON escaping doubles it: parts must still fit a request
+    store.add_metadata(run_id, huge="x" * 20000, fine=1, quoted=quoted)
+    store.add_artifact(run_id, "model", huge_path, {"blob": "y" * 20000})
+    store.add_metadata(run_id, **{"weird key: with/колон": 5, "k" * 400: "long key"})
+    store.add_source(run_id, "s3://data/" + "z" * 9000, "n" * 9000)
     metadata = store.metadata(run_id)
     assert metadata["fine"] == 1
-    assert metadata["huge"].startswith("x" * 1000) and metadata["huge"].endswith("[truncated]")
+    assert metadata["huge"] == "x" * 20000
+    assert metadata["quoted"] == quoted
     assert metadata["weird key: with/колон"] == 5  # the key reads back exactly
-    assert store.artifacts(run_id)["model"].path == "/m.pt"
+    assert metadata["k" * 400] == "long key"
+    artifact = store.artifacts(run_id)["model"]
+    assert (artifact.path, artifact.metadata) == (huge_path, {"blob": "y" * 20000})
+    assert [(s.source_run_id, s.artifact_name) for s in store.sources(run_id)] == [
+        ("s3://data/" + "z" * 9000, "n" * 9000)
+    ]
+    assert store.run_ids(parent_run_id="s3://data/" + "z" * 9000) == [run_id]
+
+
+def test_a_value_over_the_split_limit_is_a_named_error_and_writes_nothing(mlflow_uri):
+    store = MlflowStore(mlflow_uri, f"limits-{uuid.uuid4().hex[:6]}")
+    run_id = "slurm://torchx/limits-2"
+    store.add_metadata(run_id, before=1)
+    with pytest.raises(ValueTooLargeError, match=r"torchx\.metadata\.weights.*add_artifact"):
+        store.add_metadata(run_id, small=2, weights="w" * (MAX_SPLIT_VALUE + 1))
+    assert store.metadata(run_id) == {"before": 1}
+
+
+def test_a_later_smaller_value_replaces_a_split_one(mlflow_uri):
+    store = MlflowStore(mlflow_uri, f"limits-{uuid.uuid4().hex[:6]}")
+    run_id = "slurm://torchx/limits-3"
+    store.add_metadata(run_id, notes="n" * 30000)
+    store.add_metadata(run_id, notes="short")
+    store.add_metadata(run_id, other="o" * 17000)
+    assert store.metadata(run_id) == {"notes": "short", "other": "o" * 17000}
 
 
 def test_lineage_is_one_tag_per_source(mlflow_uri):

@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--depth", type=int, default=10, help="hops to follow each way (default: 10)")
     runs = sub.add_parser("list", help="run ids in the store")
     runs.add_argument("--parent", help="only the runs that have this run as a source")
-    sub.add_parser("reindex", help="fsspec: rebuild the descendants index (for stores TorchX itself wrote)")
+    sub.add_parser("reindex", help="fsspec: read every run's sources into the index again")
     return parser
 
 

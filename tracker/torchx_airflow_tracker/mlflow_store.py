@@ -9,6 +9,11 @@ configured experiment. Everything is kept in tags, so the store reads back exact
 
 ``<digest>`` is derived from the parent's run id, so "which runs have X as a source" (descendants)
 is one search on that tag, and a run's parents are one read of its tags.
+
+A value whose JSON is longer than MLflow's 8,000-character tag limit is split into immutable
+``torchx.part.<digest>.<i>`` tags and read back whole; past ``MAX_SPLIT_VALUE`` it is a
+``ValueTooLargeError`` raised before anything is written. Ranks racing to create the same run
+agree through a claim (an experiment name, which MLflow keeps unique), with no fixed wait.
 """
 
 from __future__ import annotations
@@ -41,11 +46,18 @@ METADATA_PREFIX = "torchx.metadata."
 ARTIFACT_PREFIX = "torchx.artifact."
 SOURCE_PREFIX = "torchx.source."
 DEFAULT_EXPERIMENT = "torchx"
+PART_PREFIX = "torchx.part."
+PARTS_FIELD = "torchx.parts"
 MAX_TAG_VALUE = 8000  # MLflow's limit on a tag value
+MAX_SPLIT_VALUE = 8_000_000  # larger values belong in a file, recorded with add_artifact
 MAX_KEY = 250
+CLAIM_PREFIX = ".torchx-claim."
+CLAIM_TIMEOUT_SECONDS = 30.0  # how long a claimed run may take to appear before it is claimed again
+MAX_CLAIM_GENERATIONS = 20
 BATCH = 100  # MLflow accepts at most 100 tags (and 100 params) per log_batch call
+MAX_BATCH_BYTES = 600_000  # MLflow refuses log_batch bodies over 1 MB
+MAX_METRICS_WITH_TAGS = 900  # 1,000 entities per call, less a full batch of tags
 _SAFE_KEY = re.compile(r"[^A-Za-z0-9_\-. /]")
-_SETTLE_SECONDS = 0.5
 _ENV_USERNAME = "MLFLOW_TRACKING_USERNAME"
 _ENV_PASSWORD = "MLFLOW_TRACKING_PASSWORD"
 _CREDENTIALS_LOCK = threading.RLock()
@@ -104,20 +116,55 @@ def _tag_key(prefix: str, name: str) -> str:
     return prefix + safe
 
 
-def _fit(tag_key: str, payload: Mapping[str, Any], field: str) -> str:
-    """JSON for a tag value; a ``field`` too large for MLflow is truncated (as a string), with a warning."""
-    text = json.dumps(payload, default=str)
+class ValueTooLargeError(ValueError):
+    """A metadata value, artifact or source too large to keep in MLflow tags even when split."""
+
+
+def _encode(tag_key: str, payload: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    """``(parts, tags)`` that hold ``payload`` under ``tag_key``, whatever its size.
+
+    JSON that fits one tag value is the tag itself (no parts). Longer JSON is split into part tags
+    named by its digest (immutable, so a reader never mixes two writes) and ``tag_key`` holds a
+    pointer to them: ``{"torchx.parts": <digest>, "count": <n>}``. Write the parts first.
+    """
+    text = json.dumps(payload, default=str)  # ensure_ascii: characters == bytes on the wire
     if len(text) <= MAX_TAG_VALUE:
-        return text
-    log.warning("MLflow cannot hold %s (%d characters): stored truncated", tag_key, len(text))
-    value = payload[field]
-    value_text = value if isinstance(value, str) else json.dumps(value, default=str)
-    keep = len(value_text) - (len(text) - MAX_TAG_VALUE) - 64
-    while True:  # escaping can make the JSON longer than the text: shrink until it fits
-        text = json.dumps({**payload, field: value_text[: max(0, keep)] + "...[truncated]"}, default=str)
-        if len(text) <= MAX_TAG_VALUE:
-            return text
-        keep -= len(text) - MAX_TAG_VALUE + 64
+        return {}, {tag_key: text}
+    if len(text) > MAX_SPLIT_VALUE:
+        raise ValueTooLargeError(
+            f"{tag_key!r} is {len(text)} characters of JSON, over the {MAX_SPLIT_VALUE} this store keeps "
+            "in MLflow tags. Write the value to a file and record its path with add_artifact instead."
+        )
+    digest = hashlib.sha256(text.encode()).hexdigest()[:24]
+    parts = {
+        f"{PART_PREFIX}{digest}.{i}": text[start : start + MAX_TAG_VALUE]
+        for i, start in enumerate(range(0, len(text), MAX_TAG_VALUE))
+    }
+    return parts, {tag_key: json.dumps({PARTS_FIELD: digest, "count": len(parts)})}
+
+
+def _batches(tags: Mapping[str, str]) -> Iterator[list[tuple[str, str]]]:
+    """Tags in groups MLflow accepts in one ``log_batch``: at most 100, and well under its 1 MB body."""
+    batch: list[tuple[str, str]] = []
+    size = 0
+    for key, value in tags.items():
+        item_size = len(key) + len(json.dumps(value))  # as escaped in the request's JSON
+        if batch and (len(batch) == BATCH or size + item_size > MAX_BATCH_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append((key, value))
+        size += item_size
+    if batch:
+        yield batch
+
+
+def _decode(value: str, all_tags: Mapping[str, str]) -> Any:
+    """The payload a tag holds, joined from its part tags when it was split."""
+    entry = json.loads(value)
+    if isinstance(entry, dict) and PARTS_FIELD in entry:
+        digest, count = entry[PARTS_FIELD], int(entry["count"])
+        entry = json.loads("".join(all_tags[f"{PART_PREFIX}{digest}.{i}"] for i in range(count)))
+    return entry
 
 
 def _quote(value: str) -> str:
@@ -203,78 +250,139 @@ class MlflowStore(EdgeQueries, TrackerBase):
         if run_id in self._mlflow_ids:
             return self._mlflow_ids[run_id]
         runs = self._runs_of(run_id)
-        if not runs and not create:
-            return None
-        if not runs:
-            mine = self.client.create_run(self.experiment_id, run_name=run_id, tags={RUN_ID_TAG: run_id})
-            # Ranks that created concurrently all see every run after the settle time and keep the
-            # same (earliest) one; the others delete their own.
-            time.sleep(_SETTLE_SECONDS)
-            runs = self._runs_of(run_id)
-            winner = runs[0].info.run_id if runs else mine.info.run_id
-            if winner != mine.info.run_id:
-                self.client.delete_run(mine.info.run_id)
+        if runs:
+            winner: str | None = runs[0].info.run_id
         else:
-            winner = runs[0].info.run_id
-        self._mlflow_ids[run_id] = winner
+            winner = self._create_once(run_id) if create else None
+        if winner is not None:
+            self._mlflow_ids[run_id] = winner
         return winner
 
-    def _tags(self, run_id: str, prefix: str) -> dict[str, str]:
+    def _create_once(self, run_id: str) -> str:
+        """Create the MLflow run of ``run_id`` unless another process is doing so; its MLflow run id.
+
+        MLflow has no conditional run creation, but experiment names are unique in its store: the
+        process that creates the claim experiment creates the run, the others wait for that run to
+        show up. The claim is deleted afterwards (hidden in the UI; its name stays taken). A claim
+        whose run never appears (its creator died, or a user deleted the run) is passed over to
+        the next generation, so this always ends.
+        """
+        from mlflow.exceptions import MlflowException
+
+        for generation in range(MAX_CLAIM_GENERATIONS):
+            name = f"{CLAIM_PREFIX}{_digest(f'{self.experiment_id}/{run_id}')}.{generation}"
+            try:
+                claim_id = self.client.create_experiment(name)
+            except MlflowException as e:
+                if e.error_code != "RESOURCE_ALREADY_EXISTS":
+                    raise
+                found = self._await_run(run_id, name)
+                if found is not None:
+                    return found
+                continue
+            run = self.client.create_run(self.experiment_id, run_name=run_id, tags={RUN_ID_TAG: run_id})
+            self.client.delete_experiment(claim_id)
+            return run.info.run_id
+        raise RuntimeError(
+            f"Could not create the MLflow run of {run_id!r} in experiment {self.experiment!r}: "
+            f"{MAX_CLAIM_GENERATIONS} claims were taken without a run appearing. Check the MLflow "
+            "server's logs, and that no one deletes the run while jobs still write to it."
+        )
+
+    def _await_run(self, run_id: str, claim_name: str) -> str | None:
+        """The run another process claimed, once it shows; None if that claim will never make one."""
+        deadline = time.monotonic() + CLAIM_TIMEOUT_SECONDS
+        delay = 0.01
+        while True:
+            # The claim is read before the search: its creator deletes it only once the run exists,
+            # so a claim seen deleted and then no run found means the run was deleted since.
+            claim = self.client.get_experiment_by_name(claim_name)
+            runs = self._runs_of(run_id)
+            if runs:
+                return runs[0].info.run_id
+            if claim is None or claim.lifecycle_stage == "deleted":
+                return None
+            if time.monotonic() > deadline:
+                log.warning(
+                    "No MLflow run of %s after %s s: claiming it again", run_id, CLAIM_TIMEOUT_SECONDS
+                )
+                return None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
+
+    def _all_tags(self, run_id: str) -> dict[str, str]:
         mlflow_id = self.mlflow_run_id(run_id)
-        if mlflow_id is None:
-            return {}
-        tags = self.client.get_run(mlflow_id).data.tags
-        return {k: v for k, v in sorted(tags.items()) if k.startswith(prefix)}
+        return {} if mlflow_id is None else dict(self.client.get_run(mlflow_id).data.tags)
+
+    def _entries(self, run_id: str, prefix: str) -> list[Any]:
+        """The payloads of a run's tags under ``prefix``, in tag-key order."""
+        tags = self._all_tags(run_id)
+        return [_decode(v, tags) for k, v in sorted(tags.items()) if k.startswith(prefix)]
 
     def _log_tags(
-        self, run_id: str, tags: Mapping[str, str], metrics: Mapping[str, float] | None = None
+        self,
+        run_id: str,
+        entries: Mapping[str, Mapping[str, Any]],
+        metrics: Mapping[str, float] | None = None,
     ) -> None:
+        """Write ``{tag key: payload}`` (split where too long, parts first) and metrics in few calls."""
         from mlflow.entities import Metric, RunTag
 
+        parts: dict[str, str] = {}
+        tags: dict[str, str] = {}
+        for tag_key, payload in entries.items():  # encode all first: a bad value writes nothing
+            entry_parts, entry_tags = _encode(tag_key, payload)
+            parts.update(entry_parts)
+            tags.update(entry_tags)
         mlflow_id = self.mlflow_run_id(run_id, create=True)
-        assert mlflow_id is not None
-        tag_list = [RunTag(k, v) for k, v in tags.items()]
+        if mlflow_id is None:
+            raise RuntimeError(f"No MLflow run for {run_id!r} after creating it")
+        for batch in _batches(parts):
+            self.client.log_batch(mlflow_id, tags=[RunTag(k, v) for k, v in batch])
         now = int(time.time() * 1000)
         metric_list = [Metric(k, v, now, 0) for k, v in (metrics or {}).items()]
-        for i in range(0, max(len(tag_list), len(metric_list)), BATCH):
-            self.client.log_batch(mlflow_id, metrics=metric_list[i : i + BATCH], tags=tag_list[i : i + BATCH])
+        tag_batches = list(_batches(tags)) or ([[]] if metric_list else [])
+        for i, batch in enumerate(tag_batches):
+            # metrics ride along with the first tag batch (up to MLflow's 1,000 entities a call)
+            extra = metric_list if i == 0 and len(metric_list) <= MAX_METRICS_WITH_TAGS else []
+            self.client.log_batch(mlflow_id, metrics=extra, tags=[RunTag(k, v) for k, v in batch])
+        if len(metric_list) > MAX_METRICS_WITH_TAGS:
+            for i in range(0, len(metric_list), MAX_METRICS_WITH_TAGS):
+                self.client.log_batch(mlflow_id, metrics=metric_list[i : i + MAX_METRICS_WITH_TAGS])
 
     # TrackerBase
 
     def add_metadata(self, run_id: str, **kwargs: object) -> None:
-        tags, metrics = {}, {}
+        entries, metrics = {}, {}
         for key, value in kwargs.items():
-            tag_key = _tag_key(METADATA_PREFIX, key)
-            tags[tag_key] = _fit(tag_key, {"key": key, "value": value}, "value")
+            entries[_tag_key(METADATA_PREFIX, key)] = {"key": key, "value": value}
             if isinstance(value, int | float) and not isinstance(value, bool):
                 metrics[_tag_key("", key)] = float(value)  # shown as metrics in the MLflow UI
-        self._log_tags(run_id, tags, metrics)
+        self._log_tags(run_id, entries, metrics)
 
     def metadata(self, run_id: str) -> Mapping[str, object]:
-        entries = [json.loads(v) for v in self._tags(run_id, METADATA_PREFIX).values()]
-        return {entry["key"]: entry["value"] for entry in entries}
+        return {entry["key"]: entry["value"] for entry in self._entries(run_id, METADATA_PREFIX)}
 
     def add_artifact(
         self, run_id: str, name: str, path: str, metadata: Mapping[str, object] | None = None
     ) -> None:
-        tag_key = _tag_key(ARTIFACT_PREFIX, name)
         self._log_tags(
-            run_id, {tag_key: _fit(tag_key, {"name": name, "path": path, "metadata": metadata}, "metadata")}
+            run_id, {_tag_key(ARTIFACT_PREFIX, name): {"name": name, "path": path, "metadata": metadata}}
         )
 
     def artifacts(self, run_id: str) -> Mapping[str, TrackerArtifact]:
-        entries = [json.loads(v) for v in self._tags(run_id, ARTIFACT_PREFIX).values()]
+        entries = self._entries(run_id, ARTIFACT_PREFIX)
         return {e["name"]: TrackerArtifact(e["name"], e["path"], e["metadata"]) for e in entries}
 
     def _parents(self, run_id: str) -> dict[str, tuple[str | None, ...]]:
-        entries = [json.loads(v) for v in self._tags(run_id, SOURCE_PREFIX).values()]
+        entries = self._entries(run_id, SOURCE_PREFIX)
         return {e["source"]: artifact_names_key(e["artifact_names"]) for e in entries}
 
     def _children(self, run_id: str) -> dict[str, tuple[str | None, ...]]:
         tag_key = SOURCE_PREFIX + _digest(run_id)
         children: dict[str, tuple[str | None, ...]] = {}
         for run in self._search(f"tags.`{tag_key}` LIKE '%'"):
-            entry = json.loads(run.data.tags[tag_key])
+            entry = _decode(run.data.tags[tag_key], run.data.tags)
             child = run.data.tags.get(RUN_ID_TAG)
             if child and entry["source"] == run_id:
                 children[child] = artifact_names_key(entry["artifact_names"])
@@ -285,10 +393,8 @@ class MlflowStore(EdgeQueries, TrackerBase):
         artifact_name = artifact_name or None
         if artifact_name in names:
             return  # the same edge twice is one edge
-        value = json.dumps(
-            {"source": source_id, "artifact_names": list(artifact_names_key((*names, artifact_name)))}
-        )
-        self._log_tags(run_id, {SOURCE_PREFIX + _digest(source_id): value})
+        payload = {"source": source_id, "artifact_names": list(artifact_names_key((*names, artifact_name)))}
+        self._log_tags(run_id, {SOURCE_PREFIX + _digest(source_id): payload})
 
     def run_ids(self, **kwargs: str) -> Iterable[str]:
         parent_run_id = kwargs.pop("parent_run_id", None)

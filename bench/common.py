@@ -1,0 +1,91 @@
+"""Timing helpers shared by the benchmarks: interleaved repetitions, medians, the figure format.
+
+A figure compares a candidate with its baseline measured in the same run, alternating the two so
+that whatever else the machine does at that moment weighs on both alike::
+
+    times = interleaved({"ours": lambda: ours.run_ids(parent_run_id=p),
+                         "torchx": lambda: theirs.run_ids(parent_run_id=p)}, repeat=15)
+    row = figure("fsspec run_ids(parent)", "TorchX FsspecTracker", "<= 0.1",
+                 median(times["ours"]), median(times["torchx"]), "s", lambda r: r <= 0.1)
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+Figure = dict[str, Any]
+MAX_ERROR_NOTE = 400
+FIELDS = ("figure", "baseline", "target", "value", "baseline_value", "ratio", "unit", "meets_target", "note")
+
+
+def interleaved(
+    candidates: Mapping[str, Callable[[], object]],
+    repeat: int,
+    warmup: int = 1,
+    setup: Callable[[], object] | None = None,
+) -> dict[str, list[float]]:
+    """Wall times (s) of each candidate, ``repeat`` rounds, the candidates alternating within a round.
+
+    The order inside a round flips every round, so neither side always runs first. ``setup`` runs
+    before each timed call, untimed (e.g. to give each call a fresh run id).
+    """
+    names = list(candidates)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for round_index in range(warmup + repeat):
+        order = names if round_index % 2 == 0 else names[::-1]
+        for name in order:
+            if setup is not None:
+                setup()
+            start = time.perf_counter()
+            candidates[name]()
+            elapsed = time.perf_counter() - start
+            if round_index >= warmup:
+                times[name].append(elapsed)
+    return times
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def figure(
+    name: str,
+    baseline: str,
+    target: str,
+    value: float,
+    baseline_value: float,
+    unit: str,
+    meets: Callable[[float], bool],
+    note: str = "",
+) -> Figure:
+    """One row of the table; ``ratio`` is ``value / baseline_value`` and ``meets`` judges the ratio."""
+    ratio = value / baseline_value if baseline_value else float("inf")
+    return {
+        "figure": name,
+        "baseline": baseline,
+        "target": target,
+        "value": value,
+        "baseline_value": baseline_value,
+        "ratio": ratio,
+        "unit": unit,
+        "meets_target": bool(meets(ratio)),
+        "note": note,
+    }
+
+
+def error_row(module: str, error: BaseException) -> Figure:
+    """The row a benchmark module that raised is reported as."""
+    return {
+        "figure": f"{module}: failed",
+        "baseline": "",
+        "target": "",
+        "value": float("nan"),
+        "baseline_value": float("nan"),
+        "ratio": float("nan"),
+        "unit": "",
+        "meets_target": False,
+        "note": f"{type(error).__name__}: {str(error)[:MAX_ERROR_NOTE]}",
+    }
