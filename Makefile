@@ -65,7 +65,9 @@ test: install
 
 # Every bench/bench_*.py, each figure against its baseline in the same run: writes docs/benchmarks.md.
 # BENCH_ARGS=tracker runs only bench/bench_tracker.py.
+# The triggerer and log figures run on the Slurm cluster: started here when none answers (root).
 bench: install
+	@bash scripts/slurm/cluster.sh status || bash scripts/slurm/cluster.sh up
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 up: install

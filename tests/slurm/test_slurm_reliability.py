@@ -30,11 +30,13 @@ def last_job_id() -> int:
     return max(ids, default=0)
 
 
-def jobs_after(job_id: int) -> list[list[str]]:
+def jobs_after(job_id: int, workdir: Path) -> list[list[str]]:
+    """Jobs submitted after ``job_id`` from ``workdir`` (the stack's home, where its workers run):
+    other jobs on the cluster never count."""
     return [
-        row
-        for row in sacct("-S", "now-2days", "-o", "JobID,State")
-        if row[0].isdigit() and int(row[0]) > job_id
+        row[:2]
+        for row in sacct("-S", "now-2days", "-o", "JobID,State,WorkDir")
+        if row[0].isdigit() and int(row[0]) > job_id and Path(row[2]).resolve() == workdir.resolve()
     ]
 
 
@@ -144,7 +146,7 @@ def test_killed_triggerer_is_replaced_and_the_task_completes_with_one_event(slur
     assert slurm_stack.wait_run("slurm_deferred", run, timeout=240) == "success"
     ti = slurm_stack.ti("slurm_deferred", run, "run")
     assert ti["try_number"] == 1
-    assert [row[0] for row in jobs_after(before)] == [handle.rsplit("/", 1)[1]]
+    assert [row[0] for row in jobs_after(before, slurm_stack.home)] == [handle.rsplit("/", 1)[1]]
     log = slurm_stack.log("slurm_deferred", run, "run", 1)
     assert log.count(f"TorchX app {handle} is SUCCEEDED") == 1
 
@@ -164,7 +166,7 @@ def test_sigkilled_worker_is_retried_and_the_retry_reattaches(slurm_stack):
     assert slurm_stack.wait_run("slurm_sync", run, timeout=300) == "success"
     ti = slurm_stack.ti("slurm_sync", run, "run")
     assert ti["try_number"] == 2
-    jobs = jobs_after(before)
+    jobs = jobs_after(before, slurm_stack.home)
     assert [row[0] for row in jobs] == [handle.rsplit("/", 1)[1]], jobs  # exactly one job for the task
     log = slurm_stack.log("slurm_sync", run, "run", 2)
     assert f"Reattached to TorchX app {handle} from an earlier try" in log
