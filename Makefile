@@ -59,9 +59,13 @@ demo: install
 	bash scripts/airflow-home.sh
 	bash scripts/demo.sh
 
+# The suite runs in PYTEST_WORKERS processes, one test file at a time each (pytest-xdist): most of its
+# time is spent waiting on jobs and Airflow's services, not on the CPU. PYTEST_WORKERS=0: one process.
+# The Slurm cluster the tests share is started before them (as root) and stopped after.
+PYTEST_WORKERS ?= 3
 test: install
 	bash scripts/airflow-home.sh
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	bash scripts/with-slurm.sh $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # Every bench/bench_*.py, each figure against its baseline in the same run: writes docs/benchmarks.md.
 # BENCH_ARGS=tracker runs only bench/bench_tracker.py.
