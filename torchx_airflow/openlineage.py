@@ -242,7 +242,7 @@ def _describe_app(operator: TorchXOperator) -> AppDef | None:
     import copy
 
     from torchx_airflow.apps import build_app_from_component, normalize_component_args
-    from torchx_airflow.operators.torchx import app_name_for
+    from torchx_airflow.operators.dryrun import app_name_for, mapping_param
 
     # START comes before execute(): describe the app as build_app will, but open no tracker
     if operator.app is not None:
@@ -250,8 +250,9 @@ def _describe_app(operator: TorchXOperator) -> AppDef | None:
     else:
         args = normalize_component_args(operator.component_args)
         app = build_app_from_component(str(operator.component), args)
+    env = {str(k): str(v) for k, v in mapping_param(operator.task_id, "env", operator.env).items()}
     for role in app.roles:
-        role.env = {**role.env, **operator.env}
+        role.env = {**role.env, **env}
     name = app_name_for(operator.task_id) if operator.app_name is None else str(operator.app_name).strip()
     app.name = name or app.name
     return app

@@ -158,7 +158,8 @@ def test_status_command_failing_three_times_in_a_row_is_retried_not_failed(stack
     faults.after_sbatch(f"echo 3 > {faults.root}/fail")
     role = {"fault_status_sync": "faultstat", "fault_status_deferred": "faultstatdef"}[dag_id]
     since = _since()
-    run = stack.trigger(dag_id, {"seconds": 3})
+    # long enough to still run after the worker's own retried check: the deferred one must defer
+    run = stack.trigger(dag_id, {"seconds": 12 if dag_id == "fault_status_deferred" else 3})
     state = stack.wait_run(dag_id, run, timeout=240)
     assert state == "success", stack.log(dag_id, run, "run", 1)[-3000:]
     assert (faults.root / "fail").read_text().strip() == "0"  # all three failures were hit

@@ -124,3 +124,13 @@ def test_deferrable_on_a_local_scheduler_waits_in_the_worker_with_a_warning(caps
     op = TorchXOperator(task_id="t", component="utils.echo", wait_for_completion=False)
     with pytest.raises(TorchXConfigError, match="wait_for_completion=False cannot be used"):
         op._check_waitable()
+
+
+def test_an_event_waits_for_the_settle_time_after_the_trigger_started(monkeypatch):
+    """A task resumed within seconds of deferring can be failed by Airflow 3.3 (apache/airflow#72716)."""
+    monkeypatch.setattr("torchx_airflow.triggers.torchx.SETTLE_SECONDS", 0.5)
+    hook = ScriptedHook([AppState.SUCCEEDED])
+    started = time.monotonic()
+    events = _events(TorchXAppTrigger(HANDLE, poll_interval=0.01), hook)
+    assert [e["status"] for e in events] == ["terminal"]
+    assert time.monotonic() - started >= 0.5

@@ -222,7 +222,13 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         if not self.wait_for_completion:
             self._status = self._poll_status(app_handle)
         elif self.deferrable:
-            self._defer(app_handle, context)
+            # Check once before deferring: an app already done (a quick job, a reattach after it
+            # ended) finishes here, printing its logs, with no round trip through the triggerer.
+            status = self._poll_status(app_handle)
+            if status is None or not status.is_terminal():
+                self._defer(app_handle, context)
+            self._status = status
+            self._print_logs(app_handle, {})
         else:
             self._status = self.wait(app_handle, self._app)
         return self.get_job_result(app_handle, context)

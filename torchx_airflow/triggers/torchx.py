@@ -30,6 +30,11 @@ from torchx_airflow.apps import summarize_status
 from torchx_airflow.retry import async_status_retrying
 
 _BOOKKEEPING = ("status", "log_cursor")
+# A trigger's event comes no sooner than this after the trigger started. Airflow 3.3 can fail a task
+# whose trigger fires within seconds of its deferral: the worker's exit from deferring is reported
+# late and taken for the end of the resumed try (apache/airflow#72716). The task checks the app once
+# before deferring, so only an app that ends in those first seconds waits for the rest of them.
+SETTLE_SECONDS = 8.0
 
 
 def read_event(event: Any) -> tuple[str, str, dict[str, Any]]:
@@ -116,6 +121,7 @@ class TorchXAppTrigger(BaseTrigger):
 
         # Every trigger of this process waiting on the same connection and scheduler shares one
         # batched status query per interval (triggers/poller.py).
+        started = time.monotonic()
         poller = shared_poller(self.torchx_conn_id, scheduler_of(self.app_handle), self._hook)
         async with poller.subscribe(self.app_handle, self.poll_interval) as subscription:
             while True:
@@ -128,6 +134,7 @@ class TorchXAppTrigger(BaseTrigger):
                 await self._show_new_log_lines(poller.hook, final=terminal)
                 event = self._event_for(answer)
                 if event is not None:
+                    await asyncio.sleep(max(0.0, started + SETTLE_SECONDS - time.monotonic()))
                     yield TriggerEvent(event)
                     return
                 self.log.debug("App %s is %s", self.app_handle, answer.state.name)
