@@ -90,6 +90,8 @@ def _complete(events, dag_id, task_id, app_handle):
 
 def test_every_torchx_task_emits_start_and_complete(pipeline):
     result, events, _ = pipeline
+    # prepare and evaluate run utils.python; train runs dist.ddp, whose entrypoint is bash (torchrun)
+    entrypoints = {"prepare": "python", "train": "bash", "evaluate": "python"}
     for task_id, runs in (("prepare", 1), ("train", len(LRS)), ("evaluate", 1)):
         mine = task_events(events, "torchx_pipeline", task_id)
         starts, completes = by_type(mine, "START"), by_type(mine, "COMPLETE")
@@ -97,7 +99,7 @@ def test_every_torchx_task_emits_start_and_complete(pipeline):
         assert {e["run"]["runId"] for e in starts} == {e["run"]["runId"] for e in completes}, task_id
         assert not by_type(mine, "FAIL"), task_id
         for event in starts:
-            assert event["job"]["facets"]["torchx_app"]["roles"][0]["entrypoint"] == "python"
+            assert event["job"]["facets"]["torchx_app"]["roles"][0]["entrypoint"] == entrypoints[task_id]
 
 
 def test_pipeline_edges_are_datasets_from_parent_to_child(pipeline):
