@@ -23,6 +23,7 @@ import pytest
 from tests.faults import CommandFaults
 from tests.services import mlflow_server_process
 from tests.slurm.conftest import REPO, SLURM_CONN
+from tests.slurm.test_slurm_reliability import torchx_run  # apps launched outside Airflow
 from tests.stack import AirflowStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -108,18 +109,6 @@ def job_state(app_handle: str) -> str:
         check=True,
     ).stdout
     return out.strip().splitlines()[0] if out.strip() else ""
-
-
-def torchx_run(cwd: Path, *args: str) -> str:
-    """An app the sensors watch, launched outside Airflow with the ``torchx`` CLI."""
-    out = subprocess.run(
-        [str(BIN / "torchx"), "run", "--scheduler", "slurm", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        check=True,
-    ).stdout
-    return next(line for line in out.splitlines() if line.startswith("slurm://"))
 
 
 def wait_state(app_handle: str, prefixes: tuple[str, ...], timeout: float = 90) -> str:
