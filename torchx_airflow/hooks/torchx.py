@@ -202,6 +202,16 @@ class TorchXHook(BaseHook):
             return "the task's 'cfg'"
         return f"extra 'cfg' of connection {self.torchx_conn_id!r}"
 
+    def run_opts(self, scheduler: str) -> Any:
+        """The scheduler's ``runopts``, read once per hook: the operator's dry run and the hook's own
+        both check a cfg, and each read builds the scheduler."""
+        cache = self.__dict__.setdefault("_run_opts", {})
+        if scheduler not in cache:
+            cache[scheduler] = self._call(
+                lambda: self.runner.scheduler_run_opts(self.check_scheduler(scheduler))
+            )
+        return cache[scheduler]
+
     def resolve_cfg(self, scheduler: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
         """Check ``cfg`` against the scheduler's run options and fill in defaults.
 
@@ -214,7 +224,7 @@ class TorchXHook(BaseHook):
 
         from torchx_airflow.run_options import RunOptionValueError, typed_value
 
-        opts = self._call(lambda: self.runner.scheduler_run_opts(self.check_scheduler(scheduler)))
+        opts = self.run_opts(scheduler)
         known = dict(opts)
         for key in cfg:
             if key not in known:
