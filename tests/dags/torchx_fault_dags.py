@@ -71,19 +71,22 @@ with _dag("fault_killed_sync"):
 
 # Sensors watch apps they did not launch: their timeout never cancels them, in every mode.
 def _sensor(dag_id: str, **kwargs) -> None:
+    kwargs.setdefault("poke_interval", 1)
     with _dag(dag_id):
         TorchXAppSensor(
             task_id="wait",
             app_handle="{{ dag_run.conf['app_handle'] }}",
             torchx_conn_id="torchx_slurm",
-            poke_interval=1,
             **kwargs,
         )
 
 
-for mode in ("poke", "reschedule"):
-    _sensor(f"sensor_timeout_{mode}", mode=mode, timeout=6)
-    _sensor(f"sensor_timeout_{mode}_soft", mode=mode, timeout=6, soft_fail=True)
+_sensor("sensor_timeout_poke", mode="poke", timeout=6)
+_sensor("sensor_timeout_poke_soft", mode="poke", timeout=6, soft_fail=True)
+# Reschedule mode pokes 10 s apart: with pokes a second apart, a loaded scheduler can drain one poke's
+# executor event after the next poke started and fail the task itself (apache/airflow#71172).
+_sensor("sensor_timeout_reschedule", mode="reschedule", poke_interval=10, timeout=12)
+_sensor("sensor_timeout_reschedule_soft", mode="reschedule", poke_interval=10, timeout=12, soft_fail=True)
 _sensor("sensor_timeout_deferred", deferrable=True, timeout=6)
 _sensor("sensor_timeout_deferred_soft", deferrable=True, timeout=6, soft_fail=True)
 _sensor("sensor_deferred_soft", deferrable=True, timeout=300, soft_fail=True)

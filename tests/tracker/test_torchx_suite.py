@@ -1,7 +1,8 @@
 """TorchX's own tracker tests, pointed at our stores.
 
-TorchX does not ship its tests in the wheel, and their code is not copied here: point
-``TORCHX_SRC`` at a checkout of pytorch/torchx (the release tag or main) and run::
+TorchX does not ship its tests in the wheel or the sdist: ``torchx_upstream/`` holds unchanged copies
+of the two files from the release tag (see its README). To run another TorchX's copies (main, say),
+point ``TORCHX_SRC`` at its checkout::
 
     TORCHX_SRC=~/src/torchx pytest tests/tracker/test_torchx_suite.py
 
@@ -27,10 +28,9 @@ from torchx.tracker.api import AppRun, TrackerBase
 from torchx_airflow_tracker.fsspec_store import FsspecStore
 from torchx_airflow_tracker.mlflow_store import MlflowStore
 
+UPSTREAM = Path(__file__).parent / "torchx_upstream"
+# a checkout's path for a file, or the copy here (same base name) when TORCHX_SRC is unset
 SOURCE = os.environ.get("TORCHX_SRC")
-pytestmark = pytest.mark.skipif(
-    not SOURCE, reason="set TORCHX_SRC to a pytorch/torchx checkout to run TorchX's tracker tests"
-)
 
 # test name -> why ours differs on purpose (none today; the README keeps the same list)
 FSSPEC_DIFFERENCES: dict[str, str] = {}
@@ -44,7 +44,7 @@ def _load(relative: str) -> ModuleType:
         stand_in = ModuleType("torchx.tracker.mlflow")
         stand_in.MLflowTracker = type("MLflowTracker", (TrackerBase,), {})  # type: ignore[attr-defined]
         sys.modules["torchx.tracker.mlflow"] = stand_in
-    path = Path(SOURCE or "") / relative
+    path = Path(SOURCE) / relative if SOURCE else UPSTREAM / Path(relative).name
     spec = importlib.util.spec_from_file_location(f"torchx_suite_{path.stem}_{uuid.uuid4().hex[:6]}", path)
     assert spec is not None and spec.loader is not None, path
     module = importlib.util.module_from_spec(spec)
