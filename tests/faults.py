@@ -7,6 +7,9 @@ A fault is a file in the fault directory, read and updated by the shims themselv
 ``after_sbatch`` a shell snippet run right after a successful ``sbatch`` (e.g. stop a tracker server).
 ``kill_poller`` present: the first status command after it was armed SIGKILLs the process that ran
                 it (the task process polling its app), then the file is removed.
+``kill_submitter`` present: the next ``sbatch`` submits the job, then SIGKILLs the process that ran
+                it before it can read the job id (the task process submitting), then the file is
+                removed.
 
 Every shim call is appended to ``calls.log`` (command name and its parent pid), so a test can count
 the scheduler queries a wait made.
@@ -40,6 +43,11 @@ if [ "{name}" != sbatch ]; then
   exec "$real" "$@"
 fi
 out=$("$real" "$@") || exit $?
+if [ -e "$faults/kill_submitter" ]; then
+  rm -f "$faults/kill_submitter"
+  echo "submitter-killed $PPID $out" >> "$faults/calls.log"
+  kill -9 "$PPID"; exit 1
+fi
 if [ -s "$faults/after_sbatch" ]; then bash "$faults/after_sbatch" >> "$faults/after_sbatch.log" 2>&1; fi
 echo "$out"
 """
@@ -72,8 +80,11 @@ class CommandFaults:
     def kill_next_poller(self) -> None:
         (self.root / "kill_poller").touch()
 
+    def kill_next_submitter(self) -> None:
+        (self.root / "kill_submitter").touch()
+
     def clear(self) -> None:
-        for name in ("fail", "after_sbatch", "kill_poller", "calls.log"):
+        for name in ("fail", "after_sbatch", "kill_poller", "kill_submitter", "calls.log"):
             (self.root / name).unlink(missing_ok=True)
 
     def calls(self) -> list[str]:

@@ -44,7 +44,11 @@ install() {
 
 write_configs() {
   local cpus mem_mb
+  # The node offers at least SLURM_NODE_CPUS CPUs (8), more than a small machine has
+  # (SlurmdParameters=config_overrides, TaskPlugin=task/none: nothing is pinned): test jobs mostly
+  # sleep, and one that asks for a CPU must not wait behind another test's jobs on a 2-core machine.
   cpus="$(nproc)"
+  [ "$cpus" -ge "${SLURM_NODE_CPUS:-8}" ] || cpus="${SLURM_NODE_CPUS:-8}"
   mem_mb="$(awk '/MemTotal/ {printf "%d", $2 / 1024 * 0.8}' /proc/meminfo)"
   mkdir -p "$STATE"/{ctld,d,log,run,mysql} "$ETC"
   cat > "$ETC/slurmdbd.conf" <<CONF
@@ -68,8 +72,12 @@ SlurmctldHost=$HOST
 AuthType=auth/munge
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
+SlurmdParameters=config_overrides
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
+# a job that asks no memory (TorchX sends none for a role without memMB) takes 1 GB per CPU, not the
+# whole node: jobs run side by side instead of one at a time (scheduling only, nothing is enforced)
+DefMemPerCPU=1024
 SlurmUser=root
 SlurmctldPort=${SLURMCTLD_PORT:-6817}
 SlurmdPort=${SLURMD_PORT:-6818}
@@ -82,6 +90,8 @@ SlurmdLogFile=$STATE/log/slurmd.log
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStoragePort=${SLURMDBD_PORT:-6819}
+# job comments in accounting: a retry finds a job by the mark its try put there (torchx_airflow.schedulers.slurm)
+AccountingStoreFlags=job_comment
 JobAcctGatherType=jobacct_gather/linux
 JobCompType=jobcomp/none
 ReturnToService=2

@@ -69,6 +69,11 @@ with _dag("fault_killed_sync"):
     _run("faultkill")
 
 
+# The worker is SIGKILLed as sbatch returns, before the task could read the job id and record it.
+with _dag("fault_submit_killed"):
+    _run("faultsubmit")
+
+
 # Sensors watch apps they did not launch: their timeout never cancels them, in every mode.
 def _sensor(dag_id: str, **kwargs) -> None:
     kwargs.setdefault("poke_interval", 1)

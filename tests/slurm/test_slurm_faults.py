@@ -173,6 +173,26 @@ def test_worker_sigkilled_between_submission_and_its_first_poll_reattaches(stack
     assert "Submitted TorchX app" not in log
 
 
+def test_worker_sigkilled_as_sbatch_returns_finds_its_job_by_the_mark_and_reattaches(stack, faults):
+    """The window ResumableJobMixin leaves open: the job was submitted, its handle never recorded."""
+    faults.kill_next_submitter()
+    since = _since()
+    run = stack.trigger("fault_submit_killed", {"seconds": 15})
+    state = stack.wait_run("fault_submit_killed", run, timeout=300)
+    killed = [line for line in faults.calls() if line.startswith("submitter-killed ")]
+    assert killed, "the fault never fired"
+    assert state == "success", stack.log("fault_submit_killed", run, "run", 2)[-3000:]
+    assert stack.ti("fault_submit_killed", run, "run")["try_number"] == 2
+    handle = stack.xcom("fault_submit_killed", run, "run", "return_value")["app_handle"]
+    app_id = handle.rsplit("/", 1)[1]
+    assert killed[0].split()[2] == app_id  # the job sbatch made before its submitter was killed
+    assert jobs_named("faultsubmit-0", since) == [(app_id, "COMPLETED")]
+    log = stack.log("fault_submit_killed", run, "run", 2)
+    assert f"An earlier try died while submitting TorchX app {handle}" in log
+    assert f"Reattached to TorchX app {handle} from an earlier try" in log
+    assert "Submitted TorchX app" not in log
+
+
 # dag id -> the sensor's final state; the app it watches must be left running in every case
 SENSOR_TIMEOUTS = {
     "sensor_timeout_poke": "failed",

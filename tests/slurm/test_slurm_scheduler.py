@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -143,8 +144,10 @@ def test_a_job_scancelled_outside_airflow_is_cancelled_for_the_hook_and_a_recrea
     handle = submit(slurm_hook, submitted, sleep_app())
     wait_for(lambda: slurm_hook.status(handle), "the job to be known")
     subprocess.run(["scancel", handle.rsplit("/", 1)[1]], check=True)  # a user, an admin, preemption
+    # until accounting has it (squeue alone says just "CANCELLED")
     status = wait_for(
-        lambda: (s := slurm_hook.status(handle)) is not None and s.is_terminal() and s, "the job to end"
+        lambda: (s := slurm_hook.status(handle)) is not None and s.is_terminal() and "by" in s.msg and s,
+        "the job to end in accounting",
     )
     assert status.state.name == "CANCELLED"
     assert status.msg.startswith("CANCELLED by "), status.msg  # TorchX 0.7 raised on this state
@@ -247,3 +250,38 @@ def test_reader_threads_stop_when_the_wait_raises(slurm_hook, submitted):
     with pytest.raises(TorchXConfigError, match="fault injected"):
         operator.wait(handle, app)
     assert _reader_threads() == []
+
+
+def test_a_job_submitted_with_a_token_is_found_by_it_queued_and_after_it_ended(slurm_hook, submitted):
+    """What a retry does when its try died between ``sbatch`` and recording the handle."""
+    from torchx_airflow.schedulers.slurm import sacct_marked, submission_mark
+
+    since = time.time()
+
+    def marked(token: str, comment: str | None = None, hold: bool = False) -> str:
+        info = slurm_hook.dryrun(
+            sleep_app(20), cfg={**slurm_hook.cfg, **({"comment": comment} if comment else {})}
+        )
+        if hold:  # queued, never runs
+            info.request.cmd.append("--hold")
+        handle = slurm_hook.schedule(info, token=token)
+        submitted.append(handle)
+        return handle
+
+    token = uuid.uuid4().hex  # as the operator makes them: unique across runs of this test
+    handle = marked(token, comment="team ml")
+    near_miss = marked(f"{token}b", hold=True)  # a token that starts with the other one
+    # queued: squeue has it; the cfg's own comment is kept
+    assert slurm_hook.find_submission("slurm", token, since) == handle
+    assert slurm_hook.find_submission("slurm", f"{token}b", since) == near_miss
+    assert slurm_hook.find_submission("slurm", token[:-1], since) is None
+    app_id = handle.rsplit("/", 1)[1]
+    comment = subprocess.run(["squeue", "-h", "-j", app_id, "-o", "%k"], capture_output=True, text=True)
+    assert comment.stdout.split() == ["team", "ml", submission_mark(token)]
+    # ended: accounting has it too (AccountingStoreFlags=job_comment), for when squeue forgot it
+    wait_for(lambda: slurm_hook.status(handle).state.name == "RUNNING", "the job to start")
+    subprocess.run(["scancel", app_id], check=True)
+    wait_for(lambda: slurm_hook.status(handle).is_terminal(), "the cancel")
+    uid = str(os.getuid())
+    assert wait_for(lambda: sacct_marked(submission_mark(token), uid, since), "accounting") == app_id
+    assert sacct_marked(submission_mark(token[:-1]), uid, since) is None

@@ -63,7 +63,25 @@ class FakeSchedulerHook:
     def cancel(self, handle: str) -> None:
         self.cancelled.append(handle)
 
-    def schedule(self, info: Any) -> str:
+    #: what find_submission answers (a handle, None, or an exception raised every time); the tokens
+    #: schedule was given; set False for a scheduler that cannot find a job by its mark
+    finds = True
+    found: Any = None
+
+    def launch_scheduler(self, info: Any) -> str:
+        return self.scheduler
+
+    def finds_submissions(self, scheduler: str) -> bool:
+        return self.finds
+
+    def find_submission(self, scheduler: str, token: str, since: float) -> str | None:
+        self.searched = (scheduler, token)
+        if isinstance(self.found, Exception):
+            raise self.found
+        return self.found
+
+    def schedule(self, info: Any, token: str | None = None) -> str:
+        self.tokens = [*getattr(self, "tokens", []), token]
         return HANDLE
 
     def resolve_cfg(self, scheduler: str, cfg: dict) -> dict:
@@ -82,12 +100,18 @@ class FakeSchedulerHook:
 class TaskStateStore:
     def __init__(self) -> None:
         self.values: dict[str, Any] = {}
+        self.writes: list[tuple[str, str]] = []  # ("set" | "delete", key), in order
 
     def get(self, key: str) -> Any:
         return self.values.get(key)
 
     def set(self, key: str, value: Any) -> None:
+        self.writes.append(("set", key))
         self.values[key] = value
+
+    def delete(self, key: str) -> None:
+        self.writes.append(("delete", key))
+        self.values.pop(key, None)
 
 
 class TI:
@@ -182,6 +206,90 @@ def test_a_retry_with_a_running_app_reattaches_and_defers_without_submitting():
     store.set("torchx_app_handle", HANDLE)
     with pytest.raises(TaskDeferred):
         _operator(hook, deferrable=True).execute(_context(store))
+
+
+def test_a_submission_is_marked_in_the_store_before_it_reaches_the_scheduler():
+    hook = FakeSchedulerHook([AppState.RUNNING])
+    store = TaskStateStore()
+    marks = []
+    schedule = hook.schedule
+
+    def schedule_and_look(info: Any, token: str | None = None) -> str:
+        marks.append(dict(store.values))  # what a retry would find if this process died now
+        return schedule(info, token)
+
+    hook.schedule = schedule_and_look  # type: ignore[method-assign]
+    with pytest.raises(TaskDeferred):
+        _operator(hook, deferrable=True).execute(_context(store))
+    (mark,) = marks
+    assert mark["torchx_submission"]["token"] == hook.tokens[0] and hook.tokens[0]
+    assert mark["torchx_submission"]["scheduler"] == "slurm"
+    # the mark goes only once the handle is stored
+    assert store.writes[:3] == [("set", "torchx_submission"), ("set", "torchx_app_handle"),
+                                ("delete", "torchx_submission")]  # fmt: skip
+    assert store.values == {"torchx_app_handle": HANDLE}
+
+
+def test_a_scheduler_that_cannot_find_a_job_by_its_mark_gets_no_mark():
+    hook = FakeSchedulerHook([AppState.RUNNING])
+    hook.finds = False
+    store = TaskStateStore()
+    with pytest.raises(TaskDeferred):
+        _operator(hook, deferrable=True).execute(_context(store))
+    assert hook.tokens == [None]
+    assert ("set", "torchx_submission") not in store.writes
+
+
+def test_a_retry_finds_the_job_a_try_submitted_but_died_before_recording_and_reattaches():
+    hook = FakeSchedulerHook([AppState.RUNNING])
+    hook.found = HANDLE
+    hook.schedule = None  # type: ignore[assignment]  # any submission would fail the test
+    store = TaskStateStore()
+    store.set("torchx_submission", {"token": "t0k3n", "scheduler": "slurm", "since": 1.0})
+    with pytest.raises(TaskDeferred):
+        _operator(hook, deferrable=True).execute(_context(store))
+    assert hook.searched == ("slurm", "t0k3n")
+    assert store.values == {"torchx_app_handle": HANDLE}
+
+
+def test_a_retry_whose_earlier_submission_never_reached_the_scheduler_submits():
+    hook = FakeSchedulerHook([AppState.RUNNING])
+    store = TaskStateStore()
+    store.set("torchx_submission", {"token": "t0k3n", "scheduler": "slurm", "since": 1.0})
+    with pytest.raises(TaskDeferred):
+        _operator(hook, deferrable=True).execute(_context(store))
+    assert hook.searched == ("slurm", "t0k3n")
+    assert len(hook.tokens) == 1 and hook.tokens[0] != "t0k3n"
+    assert store.values == {"torchx_app_handle": HANDLE}
+
+
+def test_a_scheduler_that_cannot_tell_fails_the_try_submitting_nothing_and_keeps_the_mark(monkeypatch):
+    monkeypatch.setattr("torchx_airflow.retry._MIN_WAIT", 0.001)
+    hook = FakeSchedulerHook([AppState.RUNNING])
+    hook.found = RuntimeError("squeue failed (exit code 1): slurm_load_jobs error")
+    hook.schedule = None  # type: ignore[assignment]
+    store = TaskStateStore()
+    mark = {"token": "t0k3n", "scheduler": "slurm", "since": 1.0}
+    store.set("torchx_submission", mark)
+    with pytest.raises(TorchXError, match="could not say whether that job exists") as error:
+        _operator(hook, deferrable=True).execute(_context(store))
+    assert "squeue failed" in str(error.value) and "state-store/torchx_submission" in str(error.value)
+    assert store.values == {"torchx_submission": mark}
+
+
+def test_a_mark_that_cannot_be_removed_after_the_handle_is_stored_only_warns():
+    hook = FakeSchedulerHook([AppState.RUNNING])
+    store = TaskStateStore()
+
+    def delete(key: str) -> None:
+        raise RuntimeError("API server unavailable")
+
+    store.delete = delete  # type: ignore[method-assign]
+    context = _context(store)
+    with pytest.raises(TaskDeferred):  # the wait goes on
+        _operator(hook, deferrable=True).execute(context)
+    assert store.values["torchx_app_handle"] == HANDLE
+    assert context["ti"].pushed["app_handle"] == HANDLE
 
 
 def _terminal(state: str) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -308,3 +309,75 @@ def test_statuses_through_the_default_layer_answer_every_handle():
     answer = hook.statuses([app_handle, unknown])
     assert answer[app_handle].state.name == "SUCCEEDED" and answer[unknown] is None
     hook.close()
+
+
+@pytest.mark.parametrize("cfg_comment", [None, "team ml|run 7"])
+def test_slurm_stamp_adds_the_submission_mark_to_the_jobs_comment(cfg_comment):
+    from torchx_airflow.apps import build_app_from_component
+    from torchx_airflow.schedulers.slurm import submission_mark
+
+    hook = TorchXHook(scheduler="slurm")
+    cfg = {"comment": cfg_comment} if cfg_comment else {}
+    info = hook.dryrun(build_app_from_component("utils.sh", ["true"]), cfg=cfg)
+    hook.support("slurm").stamp(info, "ab12")
+    comments = [arg for arg in info.request.cmd if arg.startswith("--comment=")]
+    expected = f"{cfg_comment} {submission_mark('ab12')}" if cfg_comment else submission_mark("ab12")
+    assert comments == [f"--comment={expected}"]  # one comment: the cfg's, then the mark
+    hook.close()
+
+
+class _SlurmCommands:
+    """``_run`` of the Slurm layer answered from a script: {command: (exit code, stdout, stderr)}."""
+
+    def __init__(self, answers: dict[str, tuple[int, str, str]]) -> None:
+        self.answers = answers
+        self.calls: list[list[str]] = []
+
+    def __call__(self, cmd):
+        self.calls.append(list(cmd))
+        code, out, err = self.answers[cmd[0]]
+        return subprocess.CompletedProcess(cmd, code, out, err)
+
+
+def _find(monkeypatch, answers, token="ab12"):
+    from torchx_airflow.schedulers import slurm
+
+    commands = _SlurmCommands(answers)
+    monkeypatch.setattr(slurm, "_run", commands)
+    return slurm.SlurmSupport("slurm", runner=None).find_submission(token, since=1_800_000_000.0), commands
+
+
+def test_slurm_finds_a_marked_job_by_the_whole_mark_only(monkeypatch):
+    squeue = (
+        "41|torchx-airflow-submission:ab123\n"  # another token that starts with this one
+        "42|(null)\n"
+        "43+0|team ml|run 7 torchx-airflow-submission:ab12\n"  # a heterogeneous job, | in the comment
+        "43+1|team ml|run 7 torchx-airflow-submission:ab12\n"
+    )
+    found, commands = _find(monkeypatch, {"squeue": (0, squeue, "")})
+    assert found == "43"
+    assert [c[0] for c in commands.calls] == ["squeue"]  # found there: accounting not asked
+    assert {"--all", "--states=all"} <= set(commands.calls[0])
+    assert commands.calls[0][commands.calls[0].index("-u") + 1] == str(os.getuid())
+
+
+def test_slurm_looks_in_accounting_for_a_job_squeue_forgot(monkeypatch):
+    sacct = "50|\n51|torchx-airflow-submission:ab12\n"
+    found, commands = _find(monkeypatch, {"squeue": (0, "", ""), "sacct": (0, sacct, "")})
+    assert found == "51"
+    start = commands.calls[1][commands.calls[1].index("-S") + 1]
+    assert start < "2027-01-15T08:00:00"  # an hour before `since` (2027-01-15T08:00 UTC), any zone
+    assert _find(monkeypatch, {"squeue": (0, "", ""), "sacct": (0, "50|\n", "")})[0] is None
+
+
+@pytest.mark.parametrize(
+    "answers",
+    [
+        {"squeue": (1, "", "slurm_load_jobs error: Unable to contact slurm controller")},
+        {"squeue": (0, "", ""), "sacct": (1, "", "sacct: error: Problem talking to the database")},
+    ],
+    ids=["squeue", "sacct"],
+)
+def test_slurm_that_cannot_answer_whether_a_marked_job_exists_raises(monkeypatch, answers):
+    with pytest.raises(RuntimeError, match="failed \\(exit code 1\\)"):
+        _find(monkeypatch, answers)

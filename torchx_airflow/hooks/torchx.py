@@ -299,18 +299,36 @@ class TorchXHook(BaseHook):
         _LAUNCHES[info] = (scheduler, self.support(scheduler).separate_secrets(info, names))
         return info
 
-    def schedule(self, dryrun_info: AppDryRunInfo) -> str:
+    def launch_scheduler(self, dryrun_info: AppDryRunInfo) -> str:
+        """The scheduler ``dryrun_info`` is for (the hook's, unless its dry run named another)."""
+        return _LAUNCHES.get(dryrun_info, (self.scheduler, {}))[0]
+
+    def finds_submissions(self, scheduler: str) -> bool:
+        """Whether a job submitted with a ``token`` can be found again by it (``find_submission``)."""
+        return self.support(scheduler).finds_submissions
+
+    def find_submission(self, scheduler: str, token: str, since: float) -> str | None:
+        """The handle of the job submitted with ``schedule(..., token=token)`` at or after ``since``;
+        None if the scheduler has none. Raises when the scheduler cannot tell."""
+        support = self.support(scheduler)
+        app_id = self._call(lambda: support.find_submission(token, since))
+        return None if app_id is None else support.handle(app_id)
+
+    def schedule(self, dryrun_info: AppDryRunInfo, token: str | None = None) -> str:
         """Submit a dry-run result; returns the app handle ``scheduler://session/app_id``.
 
         On schedulers whose jobs inherit the submitting process's environment (local_cwd, slurm) the
         job gets only ``BASE_ENV``, the connection's ``env_passthrough``, the scheduler client's own
         variables and the secrets ``dryrun`` took out of the request, never the worker's
-        ``AIRFLOW*`` variables.
+        ``AIRFLOW*`` variables. With ``token`` the job is marked so that ``find_submission`` finds it
+        (Slurm: a word in its comment) even if the handle this returns is never recorded.
         """
         from torchx_airflow.schedulers.env import launch_env, swapped_environ
 
         scheduler, secrets = _LAUNCHES.pop(dryrun_info, (self.scheduler, {}))
         support = self.support(scheduler)
+        if token is not None:
+            support.stamp(dryrun_info, token)
         with _tracker_environ():
             if support.inherits_launcher_env:
                 env = launch_env(os.environ, self.settings.env_passthrough, support.launcher_env_patterns)

@@ -9,6 +9,7 @@ MLflow, s3fs or docker module.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
 
 
 _IN_PROCESS_SCHEDULERS = ("local_cwd", "local_docker")
+# task_state_store key of a submission under way: {token, scheduler, since} (see submit_job)
+SUBMISSION_KEY = "torchx_submission"
 # App states worth reattaching to; UNKNOWN is what some schedulers report right after submission.
 _ACTIVE_STATES = frozenset({"UNSUBMITTED", "SUBMITTED", "PENDING", "RUNNING", "UNKNOWN"})
 
@@ -61,6 +64,9 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
     A new try of the task looks at the handle of the previous one first: an app still running is
     reattached (no new submission), an app that SUCCEEDED returns its result, an app that failed, was
     cancelled or is unknown to its scheduler is submitted anew. The same holds in deferrable mode.
+    On schedulers that can find a job by a mark (Slurm: a word in its comment), a try that died
+    while its submission was under way leaves that mark in ``task_state_store`` first: the next try
+    finds the job and reattaches to it, even if the handle was never recorded.
 
     The return value is ``{app_handle, state, msg, structured_error_msg, num_restarts, ui_url,
     roles: {role: [replica states]}, metadata, artifacts: {name: {name, path, metadata}}, sources}``,
@@ -134,6 +140,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         self._check_waitable()
         try:
+            self._recover_submission(context)
             return self.execute_resumable(context)
         finally:
             self.hook.close()
@@ -173,18 +180,77 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
     def submit_job(self, context: Context) -> str:
         info, _ = self.dryrun(self._app)
         self._check_trackers()
-        app_handle = self.hook.schedule(info)
+        store = self._state_store(context)
+        token = None
+        scheduler = self.hook.launch_scheduler(info)
+        if store is not None and self.hook.finds_submissions(scheduler):
+            # Before submitting: should this process die before the handle below is written, the
+            # next try finds the job by this mark instead of submitting another.
+            token = uuid.uuid4().hex
+            store.set(SUBMISSION_KEY, {"token": token, "scheduler": scheduler, "since": time.time()})
+        app_handle = self.hook.schedule(info, token=token)
         self._submitted_here = True
         # Before anything else can fail: a retry must find this handle and reattach, never resubmit.
         self._persist_handle(app_handle, context)
         self.log.info("Submitted TorchX app %s", app_handle)
         self._publish_handle(app_handle, context)
+        if token is not None:
+            try:  # a mark left behind only costs the next try a lookup that finds this same job
+                store.delete(SUBMISSION_KEY)  # type: ignore[union-attr]
+            except Exception as e:
+                self.log.warning("Could not remove the submission mark %r: %s", SUBMISSION_KEY, e)
         return app_handle
 
+    def _state_store(self, context: Context) -> Any:
+        return context.get("task_state_store") if self.durable else None
+
     def _persist_handle(self, app_handle: str, context: Context) -> None:
-        store = context.get("task_state_store") if self.durable else None
+        store = self._state_store(context)
         if store is not None:
             store.set(self.external_id_key, app_handle)
+
+    def _recover_submission(self, context: Context) -> None:
+        """Record the handle of a job an earlier try submitted but died before recording, if any.
+
+        The earlier try left its submission mark in ``task_state_store`` before submitting; the
+        scheduler is asked for a job with that mark. Found: its handle is stored, and
+        ``execute_resumable`` reattaches to it. Not found: that try died before its job reached the
+        scheduler, and this one submits. A scheduler that cannot answer fails this try (retryable),
+        mark kept: submitting again might run the job twice.
+        """
+        store = self._state_store(context)
+        mark = store.get(SUBMISSION_KEY) if store is not None else None
+        if not isinstance(mark, dict) or not mark.get("token") or not mark.get("scheduler"):
+            return
+        from torchx_airflow.retry import status_retrying
+
+        scheduler, token = str(mark["scheduler"]), str(mark["token"])
+        since = float(mark.get("since") or 0.0)
+        retrying = status_retrying(f"Finding the job an earlier try submitted to {scheduler}")
+        try:
+            app_handle = retrying(self.hook.find_submission, scheduler, token, since)
+        except Exception as e:
+            raise TorchXError(
+                f"An earlier try of {self.task_id!r} died while submitting to {scheduler}, and {scheduler} "
+                f"could not say whether that job exists ({type(e).__name__}: {e}). Nothing was submitted, "
+                "so the job cannot run twice; the next try asks again. If that job is known to be gone, "
+                f"delete the task's state-store key {SUBMISSION_KEY!r} (REST API: DELETE /api/v2/dags/"
+                f"<dag_id>/dagRuns/<run_id>/taskInstances/{self.task_id}/state-store/{SUBMISSION_KEY}) "
+                "and clear the task."
+            ) from e
+        if app_handle is not None:
+            self.log.warning(
+                "An earlier try died while submitting TorchX app %s, before recording its handle: "
+                "recording it now, this try reattaches to it",
+                app_handle,
+            )
+            store.set(self.external_id_key, app_handle)
+        else:
+            self.log.info(
+                "An earlier try died while submitting, and %s has no job of that submission: submitting",
+                scheduler,
+            )
+        store.delete(SUBMISSION_KEY)
 
     def _check_trackers(self) -> None:
         """Open every tracker within ``tracker_timeout`` before submitting; else submit nothing."""

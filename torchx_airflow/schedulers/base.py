@@ -25,6 +25,9 @@ class SchedulerSupport:
     inherits_launcher_env: bool = False
     #: Launcher variables (``fnmatch`` patterns) the scheduler's own client needs when submitting.
     launcher_env_patterns: tuple[str, ...] = ()
+    #: Whether a submission marked with ``stamp`` can be found again with ``find_submission``: what
+    #: lets a retry reattach to a job whose submitter died before it could record the handle.
+    finds_submissions: bool = False
 
     def __init__(self, name: str, runner: Runner) -> None:
         self.name = name
@@ -82,6 +85,15 @@ class SchedulerSupport:
         job's process (local_cwd).
         """
         return {}
+
+    def stamp(self, dryrun_info: AppDryRunInfo, token: str) -> None:
+        """Mark the request with ``token`` so ``find_submission(token)`` finds its job (when
+        ``finds_submissions``); the default leaves it as it is."""
+
+    def find_submission(self, token: str, since: float) -> str | None:
+        """The app id of the job submitted with ``stamp(..., token)`` at or after ``since`` (epoch
+        seconds); None when the scheduler has no such job. Raises when it cannot tell."""
+        return None
 
     def submitted(self, app_id: str, dryrun_info: AppDryRunInfo) -> None:
         """Called after ``dryrun_info`` was submitted as ``app_id``: remember what later calls need."""

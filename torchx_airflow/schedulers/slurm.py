@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -144,12 +145,68 @@ def app_status(rows: Sequence[SlurmJobRow]) -> AppStatus:
     return AppStatus(AppState[app_state], msg=msg, roles=list(roles.values()))
 
 
+def submission_mark(token: str) -> str:
+    """The word a stamped job carries in its Slurm comment."""
+    return f"torchx-airflow-submission:{token}"
+
+
+def _job_with_mark(lines: Iterable[str], mark: str) -> str | None:
+    """The app id of the first ``JobID|Comment`` line whose comment holds ``mark``."""
+    for line in lines:
+        job_id, _, comment = line.partition("|")
+        if mark in comment.split():
+            return _app_id_of(job_id.strip())
+    return None
+
+
+def squeue_marked(mark: str, user: str) -> str | None:
+    """The app id of ``user``'s job whose comment holds ``mark`` in ``squeue`` (queued, running, or
+    ended within ``MinJobAge``; hidden partitions too); raises when squeue cannot answer."""
+    proc = _run(["squeue", "-h", "--all", "--states=all", "-u", user, "-o", "%i|%k"])
+    if proc.returncode != 0:
+        raise RuntimeError(f"squeue failed (exit code {proc.returncode}): {proc.stderr.strip()}")
+    return _job_with_mark(proc.stdout.splitlines(), mark)
+
+
+# How far before the recorded submission time accounting is searched: clocks of the worker and of
+# Slurm may differ, and the mark is unique, so a wide window costs nothing but a longer listing.
+SACCT_MARGIN_SECONDS = 3600
+
+
+def sacct_marked(mark: str, user: str, since: float) -> str | None:
+    """The same in accounting, among ``user``'s jobs since ``since`` (epoch seconds); comments are
+    there where ``AccountingStoreFlags=job_comment``. Raises when sacct cannot answer."""
+    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - SACCT_MARGIN_SECONDS))
+    proc = _run(["sacct", "-X", "-n", "-P", "-u", user, "-S", start, "-o", "JobID,Comment"])
+    if proc.returncode != 0:
+        raise RuntimeError(f"sacct failed (exit code {proc.returncode}): {proc.stderr.strip()}")
+    return _job_with_mark(proc.stdout.splitlines(), mark)
+
+
 class SlurmSupport(SchedulerSupport):
     """Slurm through its command-line clients (``sacct``, ``squeue``, ``scontrol``)."""
 
     inherits_launcher_env = True
     # sbatch's own configuration and input variables
     launcher_env_patterns = ("SLURM_*", "SBATCH_*")
+    finds_submissions = True
+
+    def stamp(self, dryrun_info: AppDryRunInfo, token: str) -> None:
+        """Add the submission mark to the job's ``--comment`` (after the cfg's own comment, if any)."""
+        cmd: list[str] = dryrun_info.request.cmd
+        mark = submission_mark(token)
+        for i, arg in enumerate(cmd):
+            if arg.startswith("--comment="):
+                cmd[i] = f"{arg} {mark}"
+                return
+        cmd.append(f"--comment={mark}")
+
+    def find_submission(self, token: str, since: float) -> str | None:
+        """The stamped job: in ``squeue`` (queued, running, or ended within ``MinJobAge``), else in
+        ``sacct`` (which has comments where ``AccountingStoreFlags=job_comment``). Jobs of this
+        process's uid, the one ``sbatch`` submitted as. Raises when either cannot answer."""
+        mark, user = submission_mark(token), str(os.getuid())
+        return squeue_marked(mark, user) or sacct_marked(mark, user, since)
 
     def __init__(self, name: str, runner: Runner) -> None:
         super().__init__(name, runner)
