@@ -27,6 +27,7 @@ from ``indexed/`` has its sources read and indexed. Reverse edges a previous ver
 
 from __future__ import annotations
 
+import functools
 import json
 import posixpath
 import time
@@ -58,6 +59,7 @@ INDEXED, STAGING = "indexed", ".staging"
 INDEX_ID = "torchx-airflow-tracker://index"
 
 
+@functools.lru_cache(maxsize=4096)  # every write names its run (and a source) several times
 def encode_run_id(run_id: str) -> str:
     """A run id as a case-aware, POSIX-safe directory name (TorchX's encoding)."""
     return b32encode(run_id.encode("utf-8")).decode("ascii")
