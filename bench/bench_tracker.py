@@ -231,16 +231,9 @@ def _mlflow_server(workdir: Path) -> Iterator[str]:
     One worker, unlike the tests' server: uvicorn's supervisor of several workers kills a worker
     that misses its health check, which happens on a loaded machine before the server ever answers.
     """
-    from tests.services import BIN, _server, free_port
+    from tests.services import mlflow_server_process
 
-    port = free_port()
-    uri = f"http://127.0.0.1:{port}"
-    cmd = [
-        str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-        "--backend-store-uri", f"sqlite:///{workdir}/mlflow.db",
-        "--default-artifact-root", str(workdir / "artifacts"),
-    ]  # fmt: skip
-    with _server(cmd, f"{uri}/health", workdir):
+    with mlflow_server_process(workdir, workers=1) as (uri, _):
         yield uri
 
 

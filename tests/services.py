@@ -63,12 +63,12 @@ def mlflow_server(workdir: Path) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def mlflow_server_process(workdir: Path) -> Iterator[tuple[str, subprocess.Popen]]:
+def mlflow_server_process(workdir: Path, workers: int = 2) -> Iterator[tuple[str, subprocess.Popen]]:
     """Like ``mlflow_server``, and the server's process (a group leader: signal the group)."""
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
     cmd = [
-        str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "2",
+        str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
         "--backend-store-uri", f"sqlite:///{workdir}/mlflow.db",
         "--default-artifact-root", str(workdir / "artifacts"),
     ]  # fmt: skip

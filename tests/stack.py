@@ -3,6 +3,7 @@ through the project's own ``scripts/airflow-stack.sh``, and a small client of it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -10,6 +11,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,6 +104,14 @@ class AirflowStack:
 
     def down(self) -> None:
         self.script("down", timeout=120)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[AirflowStack]:
+        """The services up for the ``with`` block, stopped after (also when ``up`` fails half-way)."""
+        try:
+            yield self.up()
+        finally:
+            self.down()
 
     # REST API
 

@@ -6,15 +6,13 @@ OpenLineage events go to the provider's file transport."""
 
 from __future__ import annotations
 
-import json
 import time
 import urllib.parse
 
 import pytest
 
-from tests.e2e.conftest import REPO
+from tests.e2e.conftest import dags_stack
 from tests.openlineage_events import by_type, datasets, file_transport, read_events, run_dataset, task_events
-from tests.services import free_port
 from tests.stack import AirflowStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]  # two DAG runs on Slurm
@@ -26,29 +24,8 @@ CONSUMER = "torchx_model_evaluation"
 @pytest.fixture(scope="module")
 def assets_stack(slurm_cluster, tmp_path_factory):
     home = tmp_path_factory.mktemp("assets-airflow")
-    mlflow_port = free_port()
-    mlflow_conn = {
-        "conn_type": "mlflow",
-        "host": f"http://127.0.0.1:{mlflow_port}",
-        "login": "airflow",
-        "password": MLFLOW_PASSWORD,
-        "extra": {"experiment": "torchx"},
-    }
-    stack = AirflowStack(
-        home=home,
-        dags_folder=REPO / "dags",
-        env_extra={
-            "MLFLOW_PORT": str(mlflow_port),
-            "TORCHX_PIPELINE_OUTPUT": str(home / "pipeline"),
-            "AIRFLOW_CONN_MLFLOW_DEFAULT": json.dumps(mlflow_conn),
-            **file_transport(home / "openlineage.jsonl"),
-        },
-    )
-    stack.up()
-    try:
+    with dags_stack(home, MLFLOW_PASSWORD, **file_transport(home / "openlineage.jsonl")).running() as stack:
         yield stack
-    finally:
-        stack.down()
 
 
 def _consumer_run(stack: AirflowStack, timeout: float = 300) -> dict:

@@ -95,11 +95,8 @@ def celery_stack(slurm_cluster, tmp_path_factory):  # noqa: F811
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
         },
     )
-    try:
-        stack.up()
+    with stack.running():
         yield stack
-    finally:
-        stack.down()
     for port in (redis_port, *_worker_log_ports(stack)):  # `down` stopped the broker and the workers
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection(("127.0.0.1", port), timeout=5).close()

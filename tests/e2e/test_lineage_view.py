@@ -14,7 +14,6 @@ Screenshots go to test-artifacts/ui/ for a person to look at.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -33,11 +32,6 @@ from tests.stack import AirflowStack
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 REPO = Path(__file__).resolve().parents[2]
 SHOTS = REPO / "test-artifacts" / "ui"
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
 BUNDLE = {
     "name": "dags-folder",
     "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
@@ -78,12 +72,9 @@ def view_stack(tmp_path_factory):
     subprocess.run([airflow, "db", "migrate"], env=stack.env, check=True, capture_output=True, cwd=home)
     for team in ("research", "finance"):
         subprocess.run([airflow, "teams", "create", team], env=stack.env, check=True, capture_output=True)
-    try:
-        stack.up()
+    with stack.running():
         _wait_http(f"http://127.0.0.1:{mlflow_port}/health")  # the tasks' MLflow tracker
         yield stack
-    finally:
-        stack.down()
 
 
 @pytest.fixture(scope="module")
@@ -125,20 +116,6 @@ def _get(stack, path: str, user: str) -> tuple[int, str]:
             return reply.status, reply.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not os.path.exists(CHROMIUM):
-        if os.geteuid() != 0:
-            pytest.skip("Debian's chromium is not installed and installing it needs root")
-        subprocess.run(["bash", str(REPO / "scripts" / "install-chromium.sh")], check=True, timeout=900)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        yield chromium
-        chromium.close()
 
 
 def _login(browser, stack, user: str):

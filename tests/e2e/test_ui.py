@@ -4,9 +4,7 @@ extra links. Screenshots go to test-artifacts/ui/ for a person to look at."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import time
 from pathlib import Path
 
@@ -16,25 +14,6 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 REPO = Path(__file__).resolve().parents[2]
 SHOTS = REPO / "test-artifacts" / "ui"
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not os.path.exists(CHROMIUM):
-        if os.geteuid() != 0:
-            pytest.skip("Debian's chromium is not installed and installing it needs root")
-        subprocess.run(["bash", str(REPO / "scripts" / "install-chromium.sh")], check=True, timeout=900)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        yield chromium
-        chromium.close()
 
 
 def test_trigger_from_the_form_and_find_the_extra_links(pipeline_stack, browser):

@@ -56,8 +56,5 @@ def slurm_stack(slurm_cluster, tmp_path_factory):
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
         },
     )
-    stack.up()
-    try:
+    with stack.running():
         yield stack
-    finally:
-        stack.down()

@@ -30,11 +30,8 @@ def ol_stack(slurm_cluster, tmp_path_factory):
             **file_transport(home / "openlineage.jsonl"),
         },
     )
-    stack.up()
-    try:
+    with stack.running():
         yield stack
-    finally:
-        stack.down()
 
 
 @pytest.fixture(scope="module")

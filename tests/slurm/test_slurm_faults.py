@@ -72,11 +72,8 @@ def stack(slurm_cluster, faults, tracker_servers, tmp_path_factory):
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
         },
     )
-    stack.up()
-    try:
+    with stack.running():
         yield stack
-    finally:
-        stack.down()
 
 
 @pytest.fixture(autouse=True)

@@ -43,11 +43,8 @@ def taskflow_stack(slurm_cluster, tmp_path_factory):
             "AIRFLOW__CORE__PARALLELISM": "4",
         },
     )
-    stack.up()
-    try:
+    with stack.running():
         yield stack
-    finally:
-        stack.down()
 
 
 @pytest.fixture(scope="module")
