@@ -1,20 +1,24 @@
-"""TorchX app definitions, handles and statuses, as the provider passes them around.
+"""TorchX apps as the provider passes them around: the one app builder, the one handle parser.
 
-Pure functions with no Airflow state: building an ``AppDef`` from a component and its
-command-line arguments, checking app handles, and turning TorchX objects into JSON-safe dicts
-for XCom. TorchX is imported inside the functions so that DAG parsing stays cheap.
+Pure functions with no Airflow state: building a task's ``AppDef`` (from a component and its
+command-line arguments or an ``AppDef``, named and with its env merged), parsing app handles and
+tracker run ids, and turning TorchX objects into JSON-safe dicts for XCom. TorchX is imported
+inside the functions so that DAG parsing stays cheap.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import copy
 import io
+import json
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from torchx_airflow.exceptions import TorchXAppHandleError, TorchXComponentError
+from torchx_airflow.exceptions import TorchXAppHandleError, TorchXComponentError, TorchXConfigError
 
 if TYPE_CHECKING:
     from torchx.specs import AppDef, AppDryRunInfo, AppStatus
@@ -23,6 +27,33 @@ if TYPE_CHECKING:
 _APP_HANDLE_RE = re.compile(r"^(?P<scheduler>[A-Za-z0-9_\-]+)://(?P<session>[^/]*)/(?P<app_id>.+)$")
 
 SUCCEEDED = "SUCCEEDED"
+#: The scheme of tracker run ids of tasks that are not TorchX apps (``airflow://dag/run/task``).
+AIRFLOW_RUN_SCHEME = "airflow"
+
+
+class AppHandle(NamedTuple):
+    """The parts of an app handle ``scheduler://session/app_id`` (the app id may contain ``/``).
+
+    >>> AppHandle.parse("slurm://torchx/1234").app_id
+    '1234'
+    >>> str(AppHandle("slurm", "torchx", "1234"))
+    'slurm://torchx/1234'
+    """
+
+    scheduler: str
+    session: str
+    app_id: str
+
+    @classmethod
+    def parse(cls, app_handle: object) -> AppHandle:
+        """Split ``app_handle``; raise ``TorchXAppHandleError`` if it is not of that form."""
+        match = _APP_HANDLE_RE.match(app_handle.strip()) if isinstance(app_handle, str) else None
+        if match is None:
+            raise TorchXAppHandleError(app_handle)
+        return cls(match["scheduler"], match["session"], match["app_id"])
+
+    def __str__(self) -> str:
+        return f"{self.scheduler}://{self.session}/{self.app_id}"
 
 
 def check_app_handle(app_handle: object) -> str:
@@ -31,14 +62,29 @@ def check_app_handle(app_handle: object) -> str:
     >>> check_app_handle("slurm://torchx/1234")
     'slurm://torchx/1234'
     """
-    if not isinstance(app_handle, str) or not _APP_HANDLE_RE.match(app_handle.strip()):
-        raise TorchXAppHandleError(app_handle)
-    return app_handle.strip()
+    return str(AppHandle.parse(app_handle))
 
 
 def scheduler_of(app_handle: str) -> str:
-    """The scheduler name of a (checked) app handle: ``slurm`` for ``slurm://torchx/12``."""
-    return check_app_handle(app_handle).split("://", 1)[0]
+    """The scheduler name of an app handle: ``slurm`` for ``slurm://torchx/12``."""
+    return AppHandle.parse(app_handle).scheduler
+
+
+def app_id_of(app_handle: str) -> str:
+    """The app id of an app handle: ``12`` for ``slurm://torchx/12``."""
+    return AppHandle.parse(app_handle).app_id
+
+
+def airflow_run_id(dag_id: str, run_id: str, task_id: str, map_index: int | None = -1) -> str:
+    """Tracker run id of a task that is not a TorchX app: ``airflow://dag/run/task[/map_index]``."""
+    base = f"{AIRFLOW_RUN_SCHEME}://{dag_id}/{run_id}/{task_id}"
+    return base if map_index is None or map_index < 0 else f"{base}/{map_index}"
+
+
+def is_app_handle(run_id: str) -> bool:
+    """Whether a tracker run id is a TorchX app's handle (not an ``airflow://`` task run, not junk)."""
+    match = _APP_HANDLE_RE.match(run_id)
+    return match is not None and match["scheduler"] != AIRFLOW_RUN_SCHEME
 
 
 _ARGS_EXAMPLE = '["--script", "train.py", "--", "--lr", "0.1"]'
@@ -116,6 +162,72 @@ def build_app_from_component(component: str, component_args: Sequence[str]) -> A
             f"Arguments {list(component_args)!r} are invalid for component {component!r}: {e}. "
             f"Fix component_args to match its parameters (`torchx run {component} --help` lists them)."
         ) from e
+
+
+_NOT_NAME = re.compile(r"[^a-z0-9-]+")
+
+
+def app_name_for(task_id: str) -> str:
+    """A TorchX app name from a task id that every scheduler accepts: ``Train.Step_1`` -> ``train-step-1``."""
+    return _NOT_NAME.sub("-", task_id.lower()).strip("-")[:40].rstrip("-") or "app"
+
+
+def mapping_param(task_id: str, name: str, value: Any) -> dict[str, Any]:
+    """A mapping parameter after rendering: a dict, or the JSON / Python-literal text a template gave.
+
+    ``cfg="{{ params.cfg }}"`` renders to the text of a dict unless the DAG renders native objects;
+    both work. Anything else is refused, naming the parameter, the value and the fix.
+    """
+    if value is None or value == "":
+        return {}
+    given = value
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            try:
+                value = ast.literal_eval(value)
+            except (ValueError, SyntaxError):
+                pass
+    if not isinstance(value, Mapping):
+        raise TorchXConfigError(
+            f"Task {task_id!r}: {name!r} must be a mapping (a dict, or a template rendering to the JSON "
+            f'of one), got {given!r}. Write it as e.g. {name}={{"key": "value"}}, or template it from a '
+            f'param holding an object: {name}="{{{{ params.{name} }}}}".'
+        )
+    return dict(value)
+
+
+def build_task_app(
+    task_id: str,
+    *,
+    component: str | None = None,
+    component_args: str | Sequence[object] | None = None,
+    app: AppDef | None = None,
+    env: Any = None,
+    app_name: str | None = None,
+    extra_env: Mapping[str, str] | None = None,
+) -> AppDef:
+    """The ``AppDef`` a task runs: the component's, or a copy of ``app``, named and with its env.
+
+    Every role's env is its own, then ``extra_env`` (what the provider adds: tracker variables, the
+    OpenLineage parent), then the task's ``env``, which wins. The name is ``app_name``, else the task
+    id made scheduler-safe; ``app_name=""`` keeps the component's own. The one builder: the operator
+    submits what it returns, and OpenLineage describes the same app before it is submitted.
+    """
+    task_env = {str(k): str(v) for k, v in mapping_param(task_id, "env", env).items()}
+    if component is not None:
+        built = build_app_from_component(component, normalize_component_args(component_args))
+    elif app is not None:
+        built = copy.deepcopy(app)
+    else:
+        raise TorchXComponentError(f"Task {task_id!r}: give a component or an AppDef to build an app from.")
+    for role in built.roles:
+        role.env = {**role.env, **(extra_env or {}), **task_env}
+    name = app_name_for(task_id) if app_name is None else str(app_name).strip()
+    if name:
+        built.name = name
+    return built
 
 
 def role_replicas(app: AppDef) -> dict[str, int]:

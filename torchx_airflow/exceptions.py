@@ -47,9 +47,9 @@ class TorchXAppHandleError(TorchXInputError):
 class TorchXAppNotFoundError(TorchXInputError):
     """The scheduler does not know the app (never existed, purged, or another process's local app)."""
 
-    def __init__(self, app_handle: str) -> None:
+    def __init__(self, app_handle: str, launcher_bound: bool = False) -> None:
         message = f"TorchX app {app_handle!r} is unknown to its scheduler."
-        if app_handle.startswith(("local_cwd://", "local_docker://", "local://")):
+        if launcher_bound:  # the scheduler's apps end with the process that launched them
             message += (
                 " Local apps are only visible from the process that launched them: wait on them in "
                 "the launching task (TorchXOperator with wait_for_completion=True), or use a "

@@ -2,7 +2,8 @@
 
 With ``apache-airflow-providers-openlineage`` installed (``pip install 'torchx-airflow[openlineage]'``)
 the provider calls the operator's ``get_openlineage_facets_on_start/_on_complete/_on_failure``,
-which delegate here. Each returns an ``OperatorLineage`` with
+which delegate here with plain values (the app, the scheduler, the run's outcome, the first tracker
+store): nothing here knows the operator. Each returns an ``OperatorLineage`` with
 
 - job facet ``torchx_app``: scheduler, app name and per role the image, entrypoint, replicas,
   resources and env variable *names* (values never leave the worker);
@@ -31,9 +32,10 @@ if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Context
     from openlineage.client.event_v2 import Dataset
-    from torchx.specs import AppDef
+    from torchx.specs import AppDef, AppStatus
+    from torchx.tracker.api import TrackerBase
 
-    from torchx_airflow.operators.torchx import TorchXOperator
+    from torchx_airflow.hooks.torchx import TorchXHook
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +66,12 @@ def run_dataset_name(app_handle: str) -> tuple[str, str] | None:
     ``None`` for a tracker run id that is not a TorchX app (``airflow://dag/run/task`` of a tracked
     ``@task``): those runs have no TorchX dataset.
     """
-    scheduler, sep, rest = app_handle.partition("://")
-    if not sep or not rest or scheduler == "airflow":
+    from torchx_airflow.apps import AppHandle, is_app_handle
+
+    if not is_app_handle(app_handle):
         return None
-    return f"{RUN_NAMESPACE_PREFIX}{scheduler}", rest
+    handle = AppHandle.parse(app_handle)
+    return f"{RUN_NAMESPACE_PREFIX}{handle.scheduler}", f"{handle.session}/{handle.app_id}"
 
 
 def artifact_dataset_name(path: str) -> tuple[str, str]:
@@ -222,110 +226,73 @@ def lineage_datasets(
     return _unique(inputs), _unique(outputs)
 
 
-# what the operator's get_openlineage_facets_on_* return
+# what the operator's get_openlineage_facets_on_* return, from plain values the operator passes
 #
-# The provider calls these in a forked child of the task process by default, where a call to the
-# Airflow API (a connection, an XCom) can hang on the parent's channel: they read only what the
-# task already holds (its built app, hook, trackers, result) and the tracker stores themselves.
+# The provider calls those methods in a forked child of the task process by default, where a call to
+# the Airflow API (a connection, an XCom) can hang on the parent's channel: the operator passes only
+# what the task already holds (its built app, hook, first tracker store, result), and the functions
+# here read nothing but those and the tracker store itself.
 
 
-def _cached(operator: TorchXOperator, name: str) -> Any:
-    """A cached property of the operator if this process computed it, else None (never computed here)."""
-    return operator.__dict__.get(name)
-
-
-def _describe_app(operator: TorchXOperator) -> AppDef | None:
-    """The app of this execution if already built, else the task's app without tracker env."""
-    app = _cached(operator, "_app")
-    if app is not None:
-        return app
-    import copy
-
-    from torchx_airflow.apps import build_app_from_component, normalize_component_args
-    from torchx_airflow.operators.dryrun import app_name_for, mapping_param
-
-    # START comes before execute(): describe the app as build_app will, but open no tracker
-    if operator.app is not None:
-        app = copy.deepcopy(operator.app)
-    else:
-        args = normalize_component_args(operator.component_args)
-        app = build_app_from_component(str(operator.component), args)
-    env = {str(k): str(v) for k, v in mapping_param(operator.task_id, "env", operator.env).items()}
-    for role in app.roles:
-        role.env = {**role.env, **env}
-    name = app_name_for(operator.task_id) if operator.app_name is None else str(operator.app_name).strip()
-    app.name = name or app.name
-    return app
-
-
-def _scheduler(operator: TorchXOperator) -> str | None:
-    hook = _cached(operator, "hook")
-    return hook.scheduler if hook is not None else (operator.scheduler or None)
-
-
-def _job_facets(operator: TorchXOperator, app: AppDef | None) -> dict[str, Any]:
-    return app_job_facets(app, _scheduler(operator)) if app is not None else {}
-
-
-def lineage_on_start(operator: TorchXOperator) -> OperatorLineage:
+def lineage_on_start(app: AppDef | None, scheduler: str | None) -> OperatorLineage:
     """START: the app about to be submitted (its handle does not exist yet)."""
     from airflow.providers.openlineage.extractors import OperatorLineage
 
-    return OperatorLineage(job_facets=_job_facets(operator, _describe_app(operator)))
+    return OperatorLineage(job_facets=app_job_facets(app, scheduler) if app is not None else {})
 
 
-def _store(operator: TorchXOperator) -> Any:
-    trackers = _cached(operator, "trackers")
-    return trackers.stores[0] if trackers else None
-
-
-def _outcome(operator: TorchXOperator, app: AppDef | None) -> dict[str, Any]:
-    """The run's summary and tracker results: the task's result, else asked of scheduler and tracker."""
+def run_outcome(
+    app_handle: str | None,
+    result: Mapping[str, Any] | None,
+    status: AppStatus | None,
+    hook: TorchXHook | None,
+    app: AppDef | None,
+    store: TrackerBase | None,
+) -> dict[str, Any]:
+    """The run's summary and tracker results: the task's ``result`` if it has one, else the status
+    (asked of ``hook`` when not yet terminal) and the tracker ``store``'s results of the run."""
     from torchx_airflow.apps import summarize_status
-    from torchx_airflow.lineage import run_results
+    from torchx_airflow.results import run_results
 
-    result = _cached(operator, "_result")
-    app_handle = operator._app_handle
     if result is not None or not app_handle:
         return dict(result or {})
     # a failed app, or a resumed deferred wait whose result went straight to XCom
-    status = _cached(operator, "_status")
-    hook = _cached(operator, "hook")
     try:
         if (status is None or not status.is_terminal()) and hook is not None:
             status = hook.status(app_handle)
     except Exception as e:
         log.warning("No final status of %s for OpenLineage: %s: %s", app_handle, type(e).__name__, e)
     outcome = summarize_status(app_handle, status, app) if status is not None else {"app_handle": app_handle}
-    store = _store(operator)
     if store is not None:
         outcome.update(run_results(store, app_handle))
     return outcome
 
 
-def _parents(operator: TorchXOperator, task_instance: Any, outcome: Mapping[str, Any]) -> list[str]:
-    """The parents the tracker lineage recorded for this run (``torchx_airflow.lineage.parent_runs``)."""
-    if _store(operator) is not None:
+def lineage_parents(
+    outcome: Mapping[str, Any], store: TrackerBase | None, task_instance: Any, task: Any
+) -> list[str]:
+    """The run's parents: the sources its tracker recorded, else asked of Airflow (the nearest
+    tracked upstream runs, ``dag_lineage.parent_runs``) when the listener runs in the task's thread."""
+    if store is not None:
         return list(outcome.get("sources") or [])
     from airflow.providers.openlineage import conf
 
     if not conf.execute_in_thread():
         return []  # untracked, and a forked child cannot ask Airflow for the upstream XComs
-    from torchx_airflow.lineage import parent_runs
+    from torchx_airflow.dag_lineage import parent_runs
 
     try:
-        return parent_runs({"ti": task_instance, "task": operator})  # type: ignore[typeddict-item]
+        return parent_runs({"ti": task_instance, "task": task})  # type: ignore[typeddict-item]
     except Exception as e:  # lineage never fails a task
         log.warning("No parents for OpenLineage of %s: %s: %s", task_instance.task_id, type(e).__name__, e)
         return []
 
 
-def _consumed(operator: TorchXOperator, parents: Sequence[str], app: AppDef | None) -> list[str]:
+def _consumed(parents: Sequence[str], store: TrackerBase | None, app: AppDef | None) -> list[str]:
     """Paths of the parents' artifacts (in the task's first tracker) that the app's arguments name."""
-    store = _store(operator)
     if not parents or store is None or app is None:
         return []
-    from torchx_airflow.lineage import run_results
+    from torchx_airflow.results import run_results
 
     artifacts = {
         f"{parent}/{name}": artifact
@@ -335,18 +302,24 @@ def _consumed(operator: TorchXOperator, parents: Sequence[str], app: AppDef | No
     return consumed_artifacts(artifacts, app)
 
 
-def _lineage(operator: TorchXOperator, task_instance: Any, produced: bool) -> OperatorLineage:
+def lineage_on_end(
+    app: AppDef | None,
+    scheduler: str | None,
+    outcome: Mapping[str, Any],
+    parents: Sequence[str],
+    store: TrackerBase | None,
+    produced: bool,
+) -> OperatorLineage:
+    """COMPLETE (``produced``: the artifacts the run recorded are outputs) or FAIL: handle, state,
+    sources; the parents' runs and the artifacts read in, the run itself out."""
     from airflow.providers.openlineage.extractors import OperatorLineage
 
-    app = _describe_app(operator)
-    outcome = _outcome(operator, app)
     app_handle = outcome.get("app_handle")
-    parents = _parents(operator, task_instance, outcome)
     artifacts = (outcome.get("artifacts") or {}).values() if produced else []
     inputs, outputs = lineage_datasets(
         app_handle,
         parents,
-        _consumed(operator, parents, app),
+        _consumed(parents, store, app),
         [str(a["path"]) for a in artifacts if a.get("path")],
     )
     facets = {}
@@ -358,19 +331,8 @@ def _lineage(operator: TorchXOperator, task_instance: Any, produced: bool) -> Op
             str(outcome.get("structured_error_msg") or ""),
             outcome.get("sources") or [],
         )
-    return OperatorLineage(
-        inputs=inputs, outputs=outputs, run_facets=facets, job_facets=_job_facets(operator, app)
-    )
-
-
-def lineage_on_complete(operator: TorchXOperator, task_instance: Any) -> OperatorLineage:
-    """COMPLETE: handle, state, sources; the parents' runs and the artifacts read in, its own out."""
-    return _lineage(operator, task_instance, produced=True)
-
-
-def lineage_on_failure(operator: TorchXOperator, task_instance: Any) -> OperatorLineage:
-    """FAIL: handle, final state and structured error; the parents' runs in, its own run out."""
-    return _lineage(operator, task_instance, produced=False)
+    job_facets = app_job_facets(app, scheduler) if app is not None else {}
+    return OperatorLineage(inputs=inputs, outputs=outputs, run_facets=facets, job_facets=job_facets)
 
 
 # the job's env

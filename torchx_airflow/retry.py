@@ -1,4 +1,4 @@
-"""One retry policy for every path that asks a scheduler for an app's status.
+"""One retry policy for every path that asks a scheduler for an app's status, and one for tracker writes.
 
 The worker's wait (``TorchXOperator``), the triggerer's wait (``TorchXAppTrigger``) and the sensor
 all retry a failing status call the same way: up to ``STATUS_ATTEMPTS`` attempts with exponential
@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 
 STATUS_ATTEMPTS = 5
 _MIN_WAIT = 0.5
+# Tracker writes after submission (lineage edges, Airflow metadata): a few quick tries, then a warning.
+TRACKER_ATTEMPTS = 3
+_TRACKER_MAX_WAIT = 2.0
 
 
 def _retryable(error: BaseException) -> bool:
@@ -64,6 +67,11 @@ def async_status_retrying(
 ) -> AsyncRetrying:
     """The same policy for the triggerer: ``await async_status_retrying(...)(coroutine_fn, ...)``."""
     return AsyncRetrying(**_policy(what, max_wait, attempts))
+
+
+def tracker_retrying(what: str) -> Retrying:
+    """Retrying for one tracker write: ``tracker_retrying("Recording X")(store.add_source, ...)``."""
+    return Retrying(**_policy(what, _TRACKER_MAX_WAIT, TRACKER_ATTEMPTS))
 
 
 def call_within(seconds: float, what: str, fn: Any, *args: Any, reraise: bool = False) -> tuple[bool, Any]:

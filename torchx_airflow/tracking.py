@@ -1,4 +1,4 @@
-"""Tracking for tasks that are not TorchX apps: give a ``@task`` an ``AppRun`` of its own.
+"""A task's trackers, and tracking for tasks that are not TorchX apps (an ``AppRun`` for a ``@task``).
 
 Inside any Python task::
 
@@ -22,9 +22,11 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from torchx_airflow.apps import airflow_run_id
+from torchx_airflow.dag_lineage import XCOM_RUN_ID, airflow_metadata, parent_runs, record_run
 from torchx_airflow.hooks.torchx import TorchXHook
-from torchx_airflow.hooks.tracker import TrackerSet, normalize_conn_ids
-from torchx_airflow.lineage import XCOM_RUN_ID, airflow_metadata, airflow_run_id, parent_runs, record_run
+from torchx_airflow.hooks.tracker import trackers_for
+from torchx_airflow.trackers import TrackerSet, normalize_conn_ids
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -40,7 +42,7 @@ def task_trackers(
     conn_ids = normalize_conn_ids(tracker_conn_ids, where)
     if conn_ids is None:
         conn_ids = TorchXHook(torchx_conn_id).settings.trackers
-    return TrackerSet.for_conn_ids(conn_ids)
+    return trackers_for(conn_ids)
 
 
 @contextlib.contextmanager

@@ -83,10 +83,10 @@ def submitted(slurm_hook) -> Iterator[list[str]]:
 
 def submit(hook, handles: list[str], app, hold: bool = False) -> str:
     """Submit ``app``; ``hold`` keeps it queued (``sbatch --hold``) so nothing runs."""
-    info = hook.dryrun(app)
+    dryrun = hook.dryrun(app)
     if hold:  # TorchX's documented way to adjust a request before it is submitted
-        info.request.cmd.append("--hold")
-    handle = hook.schedule(info)
+        dryrun.info.request.cmd.append("--hold")
+    handle = hook.schedule(dryrun)
     handles.append(handle)
     return handle
 
@@ -263,7 +263,7 @@ def test_a_job_submitted_with_a_token_is_found_by_it_queued_and_after_it_ended(s
             sleep_app(20), cfg={**slurm_hook.cfg, **({"comment": comment} if comment else {})}
         )
         if hold:  # queued, never runs
-            info.request.cmd.append("--hold")
+            info.info.request.cmd.append("--hold")
         handle = slurm_hook.schedule(info, token=token)
         submitted.append(handle)
         return handle

@@ -19,7 +19,7 @@ from torchx.schedulers import get_scheduler_factories
 from torchx_airflow.apps import build_app_from_component, normalize_component_args
 from torchx_airflow.exceptions import TorchXInputError
 from torchx_airflow.hooks.torchx import TorchXHook
-from torchx_airflow.hooks.tracker import TrackerSet
+from torchx_airflow.hooks.tracker import trackers_for
 from torchx_airflow.run_options import RunOptionValueError, typed_value
 
 SECRET = "Bad-Input-Secret-7731"
@@ -201,10 +201,10 @@ def _connection(conn_type: str, fields: dict[str, Any]) -> Connection:
 def _before_submission(conn_type: str) -> None:
     """What the operator does with the connection before it submits anything."""
     if conn_type != "torchx":
-        TrackerSet.for_conn_ids([CONN_ID])
+        trackers_for([CONN_ID])
         return
     hook = TorchXHook(CONN_ID)
-    TrackerSet.for_conn_ids(hook.settings.trackers)
+    trackers_for(hook.settings.trackers)
     hook.dryrun(build_app_from_component("utils.echo", ["--msg", "never submitted"]))
 
 

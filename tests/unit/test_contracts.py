@@ -23,6 +23,7 @@ from airflow.sdk.exceptions import (
 )
 from torchx.specs import AppState, AppStatus
 
+from torchx_airflow.apps import mapping_param
 from torchx_airflow.exceptions import (
     TorchXAppFailedError,
     TorchXAppLostError,
@@ -31,7 +32,8 @@ from torchx_airflow.exceptions import (
     TorchXConfigError,
     TorchXError,
 )
-from torchx_airflow.operators.torchx import TorchXDryRunOperator, TorchXOperator, mapping_param
+from torchx_airflow.hooks.torchx import TorchXDryRun
+from torchx_airflow.operators.torchx import TorchXDryRunOperator, TorchXOperator
 from torchx_airflow.sensors.torchx import TorchXAppSensor
 from torchx_airflow.triggers.torchx import TorchXAppTrigger
 
@@ -68,8 +70,8 @@ class FakeSchedulerHook:
     finds = True
     found: Any = None
 
-    def launch_scheduler(self, info: Any) -> str:
-        return self.scheduler
+    def apps_outlive_launcher(self, scheduler: str | None = None) -> bool:
+        return True
 
     def finds_submissions(self, scheduler: str) -> bool:
         return self.finds
@@ -87,8 +89,8 @@ class FakeSchedulerHook:
     def resolve_cfg(self, scheduler: str, cfg: dict) -> dict:
         return {}
 
-    def dryrun(self, app: Any, scheduler: Any = None, cfg: Any = None, **kwargs: Any) -> str:
-        return "sbatch --parsable torchx-sbatch.sh"
+    def dryrun(self, app: Any, scheduler: Any = None, cfg: Any = None, **kwargs: Any) -> TorchXDryRun:
+        return TorchXDryRun("sbatch --parsable torchx-sbatch.sh", self.scheduler)  # type: ignore[arg-type]
 
     def log_streams(self, handle: str) -> tuple:
         return ()

@@ -179,7 +179,7 @@ def test_dry_run_summary_describes_what_torchx_submits():
     hook = TorchXHook()
     app = build_app_from_component("utils.echo", ["--msg", "hi"])
     app.roles[0].env["SERVICE_API_KEY"] = "summary-secret-4411"
-    summary = summarize_dryrun(hook.dryrun(app, "local_cwd", {}), app, "local_cwd", {})
+    summary = summarize_dryrun(hook.dryrun(app, "local_cwd", {}).info, app, "local_cwd", {})
     (role,) = summary["roles"]
     assert {"SERVICE_API_KEY", "TORCHX_JOB_ID"} <= set(role["env_names"])
     assert "summary-secret-4411" not in summary["request"]

@@ -7,7 +7,8 @@ import pendulum
 import pytest
 from airflow.sdk import DAG, BaseOperator, TaskGroup
 
-from torchx_airflow.lineage import XCOM_RUN_ID, _states_by_task, airflow_metadata, airflow_run_id, parent_runs
+from torchx_airflow.apps import airflow_run_id
+from torchx_airflow.dag_lineage import XCOM_RUN_ID, _states_by_task, airflow_metadata, parent_runs
 
 RUN = "manual__1"
 

@@ -19,7 +19,6 @@ from torchx_airflow.openlineage import (
     artifact_dataset_name,
     consumed_artifacts,
     lineage_datasets,
-    lineage_on_start,
     parent_run_env,
     run_dataset_name,
 )
@@ -115,7 +114,7 @@ def test_artifacts_named_in_the_arguments_are_consumed():
 
 def test_start_describes_the_app_without_values_of_its_env():
     op = _op(scheduler="slurm", env={"API_TOKEN": "tok-value-123"})
-    lineage = lineage_on_start(op)
+    lineage = op.get_openlineage_facets_on_start()
     facet = lineage.job_facets["torchx_app"]
     assert facet.scheduler == "slurm" and facet.appName == "train"  # the name it will be submitted with
     (role,) = facet.roles

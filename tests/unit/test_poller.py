@@ -151,7 +151,7 @@ def test_pollers_are_per_connection_and_scheduler(second):
 
 
 def test_log_file_follower_shows_each_line_once_and_keeps_streams_apart(tmp_path):
-    from torchx_airflow.logs import LogFileFollower
+    from torchx_airflow.log_files import LogFileFollower
 
     out, err = tmp_path / "out", tmp_path / "err"
     files = {"stdout": out, "stderr": err}

@@ -16,7 +16,7 @@ def test_importing_operators_loads_no_scheduler_or_backend_library():
     code = (
         "import json, sys\n"
         "import torchx_airflow.operators.torchx, torchx_airflow.sensors.torchx, torchx_airflow.hooks.torchx\n"
-        "import torchx_airflow.hooks.tracker, torchx_airflow.tracking, torchx_airflow.lineage\n"
+        "import torchx_airflow.hooks.tracker, torchx_airflow.tracking, torchx_airflow.dag_lineage\n"
         "print(json.dumps(sorted(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout

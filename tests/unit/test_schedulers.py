@@ -206,7 +206,7 @@ def test_secret_env_names_by_name_by_masked_value_and_by_request():
 
 
 def test_tracker_set_names_the_env_variables_that_carry_credentials():
-    from torchx_airflow.hooks.tracker import TrackerBackend, TrackerSet
+    from torchx_airflow.trackers import TrackerBackend, TrackerSet
 
     mlflow = TrackerBackend(
         "ml",
@@ -231,14 +231,14 @@ def test_slurm_request_keeps_secrets_out_of_the_batch_script():
     hook = TorchXHook(scheduler="slurm")
     app = build_app_from_component("utils.sh", ["true"])
     app.roles[0].env.update({"API_TOKEN": "tok-unit-secret-987", "GIVEN": "given-secret-654", "PLAIN": "p1"})
-    info = hook.dryrun(app, secret_env_names=["GIVEN"])
+    info = hook.dryrun(app, secret_env_names=["GIVEN"]).info
     script = str(info)
     assert "tok-unit-secret-987" not in script and "given-secret-654" not in script
     assert "PLAIN=p1" in script
     assert app.roles[0].env["API_TOKEN"] == "tok-unit-secret-987"  # the app itself is untouched
 
     local = TorchXHook(scheduler="local_cwd")
-    local_info = local.dryrun(app)
+    local_info = local.dryrun(app).info
     assert "tok-unit-secret-987" in repr(local_info.request)  # Popen env: never written to a file
     hook.close()
     local.close()
@@ -258,7 +258,7 @@ def test_slurm_refuses_a_secret_with_different_values_per_role():
 def test_a_follower_reads_to_the_end_and_asks_the_scheduler_only_after_the_app_ended(tmp_path):
     import threading
 
-    from torchx_airflow.logs import follow_file
+    from torchx_airflow.log_files import follow_file
 
     log = tmp_path / "slurm-1-r-0.out"
     asked: list[bool] = []
@@ -286,7 +286,7 @@ def test_a_follower_reads_to_the_end_and_asks_the_scheduler_only_after_the_app_e
 def test_a_follower_whose_file_never_appears_stops_when_the_app_ends(tmp_path):
     import threading
 
-    from torchx_airflow.logs import follow_file
+    from torchx_airflow.log_files import follow_file
 
     ended = threading.Event()
     lines: list[str] = []
@@ -318,7 +318,7 @@ def test_slurm_stamp_adds_the_submission_mark_to_the_jobs_comment(cfg_comment):
 
     hook = TorchXHook(scheduler="slurm")
     cfg = {"comment": cfg_comment} if cfg_comment else {}
-    info = hook.dryrun(build_app_from_component("utils.sh", ["true"]), cfg=cfg)
+    info = hook.dryrun(build_app_from_component("utils.sh", ["true"]), cfg=cfg).info
     hook.support("slurm").stamp(info, "ab12")
     comments = [arg for arg in info.request.cmd if arg.startswith("--comment=")]
     expected = f"{cfg_comment} {submission_mark('ab12')}" if cfg_comment else submission_mark("ab12")

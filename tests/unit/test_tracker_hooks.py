@@ -11,15 +11,12 @@ from torchx.tracker.api import build_trackers
 from torchx_airflow_tracker.config import parse_config
 from torchx_airflow_tracker.fsspec_store import FsspecStore
 
+from torchx_airflow.apps import app_name_for
 from torchx_airflow.exceptions import TorchXConfigError, TorchXConnectionError
 from torchx_airflow.hooks.torchx import _tracker_environ
-from torchx_airflow.hooks.tracker import (
-    MlflowTrackerHook,
-    TorchXFsspecHook,
-    TrackerSet,
-    tracker_hook,
-)
-from torchx_airflow.operators.torchx import TorchXDryRunOperator, app_name_for
+from torchx_airflow.hooks.tracker import MlflowTrackerHook, TorchXFsspecHook, tracker_hook, trackers_for
+from torchx_airflow.operators.torchx import TorchXDryRunOperator
+from torchx_airflow.trackers import TrackerSet
 
 SECRET = "s3-Secret-Key-0042"
 
@@ -106,20 +103,20 @@ def test_tracker_set_job_env_one_store_and_several(monkeypatch, tmp_path):
     _conn(monkeypatch, "fs1", conn_type="torchx_fsspec", extra={"root": str(tmp_path / "a")})
     _conn(monkeypatch, "fs2", conn_type="torchx_fsspec", extra={"root": "memory://b"})
     _conn(monkeypatch, "ml", conn_type="mlflow", host="http://m:5000", login="u", password=SECRET)
-    single = TrackerSet.for_conn_ids(["fs1"]).job_env()
+    single = trackers_for(["fs1"]).job_env()
     assert single == {
         "TORCHX_TRACKERS": "airflow_fsspec",
         "TORCHX_TRACKER_AIRFLOW_FSSPEC_CONFIG": json.dumps(
             {"root": str(tmp_path / "a")}, separators=(",", ":")
         ),
     }
-    mlflow_only = TrackerSet.for_conn_ids(["ml"]).job_env()
+    mlflow_only = trackers_for(["ml"]).job_env()
     assert mlflow_only["TORCHX_TRACKER_AIRFLOW_MLFLOW_CONFIG"].startswith("base64:")  # its JSON has a comma
     assert parse_config(
         "mlflow", mlflow_only["TORCHX_TRACKER_AIRFLOW_MLFLOW_CONFIG"], ("tracking_uri",), ("experiment",)
     ) == {"tracking_uri": "http://m:5000", "experiment": "torchx"}
 
-    env = TrackerSet.for_conn_ids(["fs1", "ml", "fs2"]).job_env()
+    env = trackers_for(["fs1", "ml", "fs2"]).job_env()
     # no value may hold a comma: TorchX's Slurm scheduler passes env as `srun --export=ALL,K=V,...`
     assert not [k for k, v in env.items() if "," in v]
     assert env["TORCHX_TRACKERS"] == "airflow_stores"
@@ -150,11 +147,11 @@ def test_tracker_set_limits(monkeypatch):
     for i in range(5):
         _conn(monkeypatch, f"fs{i}", conn_type="torchx_fsspec", extra={"root": f"memory://{i}"})
     with pytest.raises(TorchXConnectionError, match="at most 4 of each kind"):
-        TrackerSet.for_conn_ids([f"fs{i}" for i in range(5)])
+        trackers_for([f"fs{i}" for i in range(5)])
     _conn(monkeypatch, "ml1", conn_type="mlflow", host="http://a", login="u", password="p1-password")
     _conn(monkeypatch, "ml2", conn_type="mlflow", host="http://b", login="v", password="p2-password")
     with pytest.raises(TorchXConnectionError, match="different credentials"):
-        TrackerSet.for_conn_ids(["ml1", "ml2"])
+        trackers_for(["ml1", "ml2"])
 
 
 def test_task_trackers_default_to_the_torchx_connection_and_operator_overrides(monkeypatch, tmp_path):
@@ -240,7 +237,7 @@ def test_unreachable_tracker_fails_before_submission(monkeypatch):
 
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     _conn(monkeypatch, "down", conn_type="mlflow", host=f"http://127.0.0.1:{free_port()}")
-    trackers = TrackerSet.for_conn_ids(["down"])
+    trackers = trackers_for(["down"])
     with pytest.raises(
         TorchXConnectionError, match="'down' \\(mlflow\\) cannot be opened.*Nothing was submitted"
     ):

@@ -20,7 +20,7 @@ from torchx_airflow.exceptions import TorchXConnectionError
 from torchx_airflow.schedulers.env import parse_env_passthrough
 
 DEFAULT_SCHEDULER = "local_cwd"
-_CONN_EXAMPLE = 'AIRFLOW_CONN_{id}=\'{{"conn_type": "torchx", "extra": {{"scheduler": "local_cwd"}}}}\''
+CONN_EXAMPLE = 'AIRFLOW_CONN_{id}=\'{{"conn_type": "torchx", "extra": {{"scheduler": "local_cwd"}}}}\''
 
 
 @dataclass(frozen=True)

@@ -18,22 +18,16 @@ import difflib
 import os
 import re
 import signal
-import weakref
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 
-from torchx_airflow.apps import check_app_handle, scheduler_of
+from torchx_airflow.apps import AppHandle
 from torchx_airflow.exceptions import TorchXConfigError, TorchXConnectionError
-from torchx_airflow.hooks.settings import (  # noqa: F401 - public names of this module since 0.1
-    _CONN_EXAMPLE,
-    DEFAULT_SCHEDULER,
-    TorchXConnectionSettings,
-    check_extra_keys,
-    parse_json_object,
-)
+from torchx_airflow.hooks.settings import CONN_EXAMPLE, TorchXConnectionSettings
 
 if TYPE_CHECKING:
     import threading
@@ -43,9 +37,22 @@ if TYPE_CHECKING:
 
     from torchx_airflow.schedulers import SchedulerSupport
 
-# Per dry-run result, until ``schedule`` submits it: its scheduler, and the secret env values
-# ``dryrun`` took out of its request.
-_LAUNCHES: weakref.WeakKeyDictionary[Any, tuple[str, dict[str, str]]] = weakref.WeakKeyDictionary()
+
+@dataclass
+class TorchXDryRun:
+    """What ``TorchXHook.dryrun`` prepared, and all ``TorchXHook.schedule`` needs to submit it.
+
+    ``info`` is TorchX's ``AppDryRunInfo`` (its ``request`` is what the scheduler gets); ``secrets``
+    are the env values the dry run took out of that request, for ``schedule`` to hand to the job
+    another way. Its ``str`` is the request, as ``torchx run --dryrun`` prints it.
+    """
+
+    info: AppDryRunInfo
+    scheduler: str
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def __str__(self) -> str:
+        return str(self.info)
 
 
 @contextlib.contextmanager
@@ -105,8 +112,8 @@ class TorchXHook(BaseHook):
 
         hook = TorchXHook("torchx_default")
         app = build_app_from_component("utils.echo", ["--msg", "hello"])
-        info = hook.dryrun(app)
-        handle = hook.schedule(info)
+        dryrun = hook.dryrun(app)
+        handle = hook.schedule(dryrun)
         status = hook.wait(handle)
     """
 
@@ -138,7 +145,7 @@ class TorchXHook(BaseHook):
             raise TorchXConnectionError(
                 f"Connection {self.torchx_conn_id!r} is not defined. Create a connection of type 'torchx' "
                 f"with that id in the UI or as an environment variable, e.g. "
-                + _CONN_EXAMPLE.format(id=self.torchx_conn_id.upper())
+                + CONN_EXAMPLE.format(id=self.torchx_conn_id.upper())
             ) from e
         if conn.conn_type and conn.conn_type != self.conn_type:
             self.log.warning(
@@ -275,7 +282,7 @@ class TorchXHook(BaseHook):
         cfg: Mapping[str, Any] | None = None,
         parent_run_id: str | None = None,
         secret_env_names: Iterable[str] = (),
-    ) -> AppDryRunInfo:
+    ) -> TorchXDryRun:
         """What would be submitted for ``app``; the hook's scheduler and cfg unless overridden.
 
         Role env values that are secrets (``secret_env_names``, names Airflow's masker treats as
@@ -296,12 +303,13 @@ class TorchXHook(BaseHook):
         from torchx_airflow.schedulers.env import secret_env_names as find_secrets
 
         names = set().union(*(find_secrets(role.env, secret_env_names) for role in app.roles))
-        _LAUNCHES[info] = (scheduler, self.support(scheduler).separate_secrets(info, names))
-        return info
+        return TorchXDryRun(info, scheduler, self.support(scheduler).separate_secrets(info, names))
 
-    def launch_scheduler(self, dryrun_info: AppDryRunInfo) -> str:
-        """The scheduler ``dryrun_info`` is for (the hook's, unless its dry run named another)."""
-        return _LAUNCHES.get(dryrun_info, (self.scheduler, {}))[0]
+    def apps_outlive_launcher(self, scheduler: str | None = None) -> bool:
+        """Whether apps of ``scheduler`` (default: the hook's) can be waited on by another process."""
+        from torchx_airflow.schedulers import apps_outlive_launcher
+
+        return apps_outlive_launcher(scheduler or self.scheduler)
 
     def finds_submissions(self, scheduler: str) -> bool:
         """Whether a job submitted with a ``token`` can be found again by it (``find_submission``)."""
@@ -314,7 +322,7 @@ class TorchXHook(BaseHook):
         app_id = self._call(lambda: support.find_submission(token, since))
         return None if app_id is None else support.handle(app_id)
 
-    def schedule(self, dryrun_info: AppDryRunInfo, token: str | None = None) -> str:
+    def schedule(self, dryrun: TorchXDryRun, token: str | None = None) -> str:
         """Submit a dry-run result; returns the app handle ``scheduler://session/app_id``.
 
         On schedulers whose jobs inherit the submitting process's environment (local_cwd, slurm) the
@@ -325,18 +333,17 @@ class TorchXHook(BaseHook):
         """
         from torchx_airflow.schedulers.env import launch_env, swapped_environ
 
-        scheduler, secrets = _LAUNCHES.pop(dryrun_info, (self.scheduler, {}))
-        support = self.support(scheduler)
+        support = self.support(dryrun.scheduler)
         if token is not None:
-            support.stamp(dryrun_info, token)
+            support.stamp(dryrun.info, token)
         with _tracker_environ():
             if support.inherits_launcher_env:
                 env = launch_env(os.environ, self.settings.env_passthrough, support.launcher_env_patterns)
-                with swapped_environ({**env, **secrets}):
-                    app_handle = self._call(lambda: self.runner.schedule(dryrun_info))
+                with swapped_environ({**env, **dryrun.secrets}):
+                    app_handle = self._call(lambda: self.runner.schedule(dryrun.info))
             else:
-                app_handle = self._call(lambda: self.runner.schedule(dryrun_info))
-        support.submitted(app_handle.rsplit("/", 1)[-1], dryrun_info)
+                app_handle = self._call(lambda: self.runner.schedule(dryrun.info))
+        support.submitted(AppHandle.parse(app_handle).app_id, dryrun.info)
         return app_handle
 
     def statuses(self, app_handles: Iterable[str]) -> dict[str, AppStatus | None]:
@@ -347,9 +354,8 @@ class TorchXHook(BaseHook):
         """
         by_scheduler: dict[str, dict[str, list[str]]] = {}
         for app_handle in app_handles:
-            handle = check_app_handle(app_handle)
-            app_id = handle.split("://", 1)[1].split("/", 1)[1]
-            by_scheduler.setdefault(scheduler_of(handle), {}).setdefault(app_id, []).append(app_handle)
+            handle = AppHandle.parse(app_handle)
+            by_scheduler.setdefault(handle.scheduler, {}).setdefault(handle.app_id, []).append(app_handle)
         answer: dict[str, AppStatus | None] = {}
         for scheduler, handles in by_scheduler.items():
             support = self.support(scheduler)
@@ -387,7 +393,7 @@ class TorchXHook(BaseHook):
 
     def cancel(self, app_handle: str) -> None:
         """Ask the scheduler to cancel the app; does nothing if it is unknown or already terminal."""
-        handle = check_app_handle(app_handle)
+        handle = str(AppHandle.parse(app_handle))
         status = self.status(handle)
         if status is None or status.is_terminal():
             return
@@ -395,7 +401,7 @@ class TorchXHook(BaseHook):
 
     def log_streams(self, app_handle: str) -> tuple[str | None, ...]:
         """The log streams to follow per replica: Slurm keeps stdout and stderr apart, others combine."""
-        return self.support(scheduler_of(check_app_handle(app_handle))).log_streams()
+        return self.support(AppHandle.parse(app_handle).scheduler).log_streams()
 
     def log_lines(
         self,
@@ -414,11 +420,11 @@ class TorchXHook(BaseHook):
         every ``poll`` seconds. Slurm's files are found through the job's work dir, so any process can
         read them, not only one started in the directory the job was submitted from.
         """
-        from torchx_airflow.logs import follow_file
+        from torchx_airflow.log_files import follow_file
 
-        handle = check_app_handle(app_handle)
-        support = self.support(scheduler_of(handle))
-        app_id = handle.split("://", 1)[1].split("/", 1)[1]
+        parsed = AppHandle.parse(app_handle)
+        handle, app_id = str(parsed), parsed.app_id
+        support = self.support(parsed.scheduler)
         if not support.follows_files(app_id):
             return self._call(lambda: self.runner.log_lines(handle, role_name, k=k, should_tail=should_tail))
         if until is not None:

@@ -1,23 +1,20 @@
 """``TorchXDryRunOperator``: what would be submitted, exactly, without submitting it.
 
-Also what every TorchX operator shares: building the ``AppDef`` from a component or an ``AppDef``,
-the job env (task env, tracker env, OpenLineage parent), templating, and the dry run itself.
+Also what every TorchX operator shares: its parameters and templating, the job env it adds (tracker
+env, OpenLineage parent) to the app ``apps.build_task_app`` builds, and the dry run itself.
 Importing this module imports no TorchX scheduler, MLflow, s3fs or docker module.
 """
 
 from __future__ import annotations
 
-import ast
 import copy
-import json
-import re
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from torchx_airflow.apps import build_app_from_component, normalize_component_args, summarize_dryrun
+from torchx_airflow.apps import build_task_app, mapping_param, summarize_dryrun
 from torchx_airflow.exceptions import TorchXComponentError, TorchXConfigError
 from torchx_airflow.hooks.torchx import TorchXHook
 from torchx_airflow.openlineage import parent_run_env
@@ -25,43 +22,12 @@ from torchx_airflow.openlineage import parent_run_env
 if TYPE_CHECKING:
     import jinja2
     from airflow.sdk import Context
-    from torchx.specs import AppDef, AppDryRunInfo
+    from torchx.specs import AppDef
 
-    from torchx_airflow.hooks.tracker import TrackerSet
+    from torchx_airflow.hooks.torchx import TorchXDryRun
+    from torchx_airflow.trackers import TrackerSet
 
 XCOM_APP_HANDLE = "app_handle"
-_NOT_NAME = re.compile(r"[^a-z0-9-]+")
-
-
-def app_name_for(task_id: str) -> str:
-    """A TorchX app name from a task id that every scheduler accepts: ``Train.Step_1`` -> ``train-step-1``."""
-    return _NOT_NAME.sub("-", task_id.lower()).strip("-")[:40].rstrip("-") or "app"
-
-
-def mapping_param(task_id: str, name: str, value: Any) -> dict[str, Any]:
-    """A mapping parameter after rendering: a dict, or the JSON / Python-literal text a template gave.
-
-    ``cfg="{{ params.cfg }}"`` renders to the text of a dict unless the DAG renders native objects;
-    both work. Anything else is refused, naming the parameter, the value and the fix.
-    """
-    if value is None or value == "":
-        return {}
-    given = value
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            try:
-                value = ast.literal_eval(value)
-            except (ValueError, SyntaxError):
-                pass
-    if not isinstance(value, Mapping):
-        raise TorchXConfigError(
-            f"Task {task_id!r}: {name!r} must be a mapping (a dict, or a template rendering to the JSON "
-            f'of one), got {given!r}. Write it as e.g. {name}={{"key": "value"}}, or template it from a '
-            f'param holding an object: {name}="{{{{ params.{name} }}}}".'
-        )
-    return dict(value)
 
 
 class TorchXDryRunOperator(BaseOperator):
@@ -177,32 +143,35 @@ class TorchXDryRunOperator(BaseOperator):
 
     def build_app(self) -> AppDef:
         """The ``AppDef`` to run: the component or a copy of ``app``, plus ``env`` and the tracker env."""
-        env = {str(k): str(v) for k, v in mapping_param(self.task_id, "env", self.env).items()}
+        env = mapping_param(self.task_id, "env", self.env)
         tracker_env = self.trackers.job_env()
-        clash = sorted(k for k in env if k.startswith("TORCHX_TRACKER") and tracker_env)
+        clash = sorted(str(k) for k in env if str(k).startswith("TORCHX_TRACKER") and tracker_env)
         if clash:
             raise TorchXConfigError(
                 f"Task {self.task_id!r} sets {clash} in 'env' and also has tracker connections "
                 f"{self.trackers.conn_ids}. Configure trackers one way: remove them from 'env', or set "
                 "tracker_conn_ids=[] to track only through 'env'."
             )
-        if self.component is not None:
-            app = build_app_from_component(self.component, normalize_component_args(self.component_args))
-        else:
-            app = copy.deepcopy(self.app)
-        for role in app.roles:
-            role.env = {**role.env, **tracker_env, **parent_run_env(), **env}
-        name = app_name_for(self.task_id) if self.app_name is None else str(self.app_name).strip()
-        if name:
-            app.name = name
-        return app
+        return self.build_app_with({**tracker_env, **parent_run_env()})
 
-    def dryrun(self, app: AppDef) -> tuple[AppDryRunInfo, dict[str, Any]]:
+    def build_app_with(self, extra_env: dict[str, str]) -> AppDef:
+        """The task's app with ``extra_env`` under its own ``env`` (``apps.build_task_app``)."""
+        return build_task_app(
+            self.task_id,
+            component=self.component,
+            component_args=self.component_args,
+            app=self.app,
+            env=self.env,
+            app_name=self.app_name,
+            extra_env=extra_env,
+        )
+
+    def dryrun(self, app: AppDef) -> tuple[TorchXDryRun, dict[str, Any]]:
         """Dry-run ``app`` through the hook; log the request and return it with its summary."""
         scheduler = self.hook.scheduler
         cfg = self.hook.resolve_cfg(scheduler, self.hook.cfg)
-        info = self.hook.dryrun(app, scheduler, cfg, secret_env_names=self.trackers.secret_env_names())
-        summary = summarize_dryrun(info, app, scheduler, cfg)
+        dryrun = self.hook.dryrun(app, scheduler, cfg, secret_env_names=self.trackers.secret_env_names())
+        summary = summarize_dryrun(dryrun.info, app, scheduler, cfg)
         summary["trackers"] = self.trackers.conn_ids
         self.log.info(
             "TorchX dry run of app %s on scheduler %s:\n%s",
@@ -210,7 +179,7 @@ class TorchXDryRunOperator(BaseOperator):
             summary["scheduler"],
             summary["request"],
         )
-        return info, summary
+        return dryrun, summary
 
     def execute(self, context: Context) -> dict[str, Any]:
         try:

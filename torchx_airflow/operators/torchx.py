@@ -9,7 +9,6 @@ MLflow, s3fs or docker module.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -17,38 +16,28 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import ResumableJobMixin
 from airflow.sdk.configuration import conf
 
-from torchx_airflow.apps import (
-    SUCCEEDED,
-    role_replicas,
-    summarize_status,
-)
-from torchx_airflow.assets import check_artifact_assets, emit_asset_events
+from torchx_airflow.apps import SUCCEEDED, role_replicas
+from torchx_airflow.assets import check_artifact_assets
 from torchx_airflow.exceptions import (
     TorchXAppFailedError,
     TorchXAppLostError,
     TorchXAppNotFoundError,
     TorchXConfigError,
-    TorchXError,
 )
-from torchx_airflow.links.torchx import XCOM_TRACKER_URL, XCOM_UI_URL, TorchXAppLink, TorchXTrackerLink
-from torchx_airflow.operators.dryrun import (
-    XCOM_APP_HANDLE,
-    TorchXDryRunOperator,
-    app_name_for,
-    mapping_param,
-)
+from torchx_airflow.links.torchx import TorchXAppLink, TorchXTrackerLink
+from torchx_airflow.operators.dryrun import XCOM_APP_HANDLE, TorchXDryRunOperator
 
-__all__ = ["XCOM_APP_HANDLE", "TorchXDryRunOperator", "TorchXOperator", "app_name_for", "mapping_param"]
+__all__ = ["XCOM_APP_HANDLE", "TorchXDryRunOperator", "TorchXOperator"]
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Asset, AssetAlias, Context
     from torchx.specs import AppDef, AppStatus
+    from torchx.tracker.api import TrackerBase
+
+    from torchx_airflow.durable import DurableSubmission
 
 
-_IN_PROCESS_SCHEDULERS = ("local_cwd", "local_docker")
-# task_state_store key of a submission under way: {token, scheduler, since} (see submit_job)
-SUBMISSION_KEY = "torchx_submission"
 # App states worth reattaching to; UNKNOWN is what some schedulers report right after submission.
 _ACTIVE_STATES = frozenset({"UNSUBMITTED", "SUBMITTED", "PENDING", "RUNNING", "UNKNOWN"})
 
@@ -112,17 +101,12 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if tracker_timeout <= 0:
-            raise TorchXConfigError(
-                f"tracker_timeout must be a positive number of seconds, got {tracker_timeout!r}."
-            )
+        for name, seconds in (("tracker_timeout", tracker_timeout), ("poll_interval", poll_interval)):
+            if seconds <= 0:
+                raise TorchXConfigError(f"{name} must be a positive number of seconds, got {seconds!r}.")
         self.artifact_assets = check_artifact_assets(
             self.task_id, artifact_assets, self.outlets, wait_for_completion
         )
-        if poll_interval <= 0:
-            raise TorchXConfigError(
-                f"poll_interval must be a positive number of seconds, got {poll_interval!r}."
-            )
         if max_log_lines < 0:
             raise TorchXConfigError(f"max_log_lines must be 0 or more, got {max_log_lines!r}.")
         self.wait_for_completion = wait_for_completion
@@ -135,7 +119,6 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         self._status: AppStatus | None = None
         self._result: dict[str, Any] | None = None
         self._submitted_here = False
-        self._tracker_url: str | None = None
 
     def execute(self, context: Context) -> dict[str, Any]:
         self._check_waitable()
@@ -147,7 +130,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
 
     def _check_waitable(self) -> None:
         scheduler = self.hook.scheduler
-        if scheduler not in _IN_PROCESS_SCHEDULERS:
+        if self.hook.apps_outlive_launcher(scheduler):
             return
         if not self.wait_for_completion:
             raise TorchXConfigError(
@@ -159,7 +142,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
             self.log.warning(
                 "deferrable=True, but scheduler %s runs apps as child processes of this worker, which the "
                 "triggerer cannot see: waiting in the worker instead. Use a scheduler with its own state "
-                "(slurm, kubernetes, aws_batch, ...) to wait in the triggerer.",
+                "(slurm, kubernetes, ...) to wait in the triggerer.",
                 scheduler,
             )
             self.deferrable = False
@@ -177,94 +160,24 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
             self._app_handle = app_handle
             context["ti"].xcom_push(key=XCOM_APP_HANDLE, value=app_handle)
 
+    def _durable(self, context: Context) -> DurableSubmission:
+        from torchx_airflow.durable import DurableSubmission
+
+        store = context.get("task_state_store") if self.durable else None
+        return DurableSubmission(self.hook, store, self.external_id_key, self.task_id, self.log)
+
     def submit_job(self, context: Context) -> str:
-        info, _ = self.dryrun(self._app)
-        self._check_trackers()
-        store = self._state_store(context)
-        token = None
-        scheduler = self.hook.launch_scheduler(info)
-        if store is not None and self.hook.finds_submissions(scheduler):
-            # Before submitting: should this process die before the handle below is written, the
-            # next try finds the job by this mark instead of submitting another.
-            token = uuid.uuid4().hex
-            store.set(SUBMISSION_KEY, {"token": token, "scheduler": scheduler, "since": time.time()})
-        app_handle = self.hook.schedule(info, token=token)
+        dryrun, _ = self.dryrun(self._app)
+        self.trackers.check_within(self.tracker_timeout, f"Task {self.task_id!r}")
+        app_handle = self._durable(context).submit(dryrun)
         self._submitted_here = True
-        # Before anything else can fail: a retry must find this handle and reattach, never resubmit.
-        self._persist_handle(app_handle, context)
         self.log.info("Submitted TorchX app %s", app_handle)
         self._publish_handle(app_handle, context)
-        if token is not None:
-            try:  # a mark left behind only costs the next try a lookup that finds this same job
-                store.delete(SUBMISSION_KEY)  # type: ignore[union-attr]
-            except Exception as e:
-                self.log.warning("Could not remove the submission mark %r: %s", SUBMISSION_KEY, e)
         return app_handle
 
-    def _state_store(self, context: Context) -> Any:
-        return context.get("task_state_store") if self.durable else None
-
-    def _persist_handle(self, app_handle: str, context: Context) -> None:
-        store = self._state_store(context)
-        if store is not None:
-            store.set(self.external_id_key, app_handle)
-
     def _recover_submission(self, context: Context) -> None:
-        """Record the handle of a job an earlier try submitted but died before recording, if any.
-
-        The earlier try left its submission mark in ``task_state_store`` before submitting; the
-        scheduler is asked for a job with that mark. Found: its handle is stored, and
-        ``execute_resumable`` reattaches to it. Not found: that try died before its job reached the
-        scheduler, and this one submits. A scheduler that cannot answer fails this try (retryable),
-        mark kept: submitting again might run the job twice.
-        """
-        store = self._state_store(context)
-        mark = store.get(SUBMISSION_KEY) if store is not None else None
-        if not isinstance(mark, dict) or not mark.get("token") or not mark.get("scheduler"):
-            return
-        from torchx_airflow.retry import status_retrying
-
-        scheduler, token = str(mark["scheduler"]), str(mark["token"])
-        since = float(mark.get("since") or 0.0)
-        retrying = status_retrying(f"Finding the job an earlier try submitted to {scheduler}")
-        try:
-            app_handle = retrying(self.hook.find_submission, scheduler, token, since)
-        except Exception as e:
-            raise TorchXError(
-                f"An earlier try of {self.task_id!r} died while submitting to {scheduler}, and {scheduler} "
-                f"could not say whether that job exists ({type(e).__name__}: {e}). Nothing was submitted, "
-                "so the job cannot run twice; the next try asks again. If that job is known to be gone, "
-                f"delete the task's state-store key {SUBMISSION_KEY!r} (REST API: DELETE /api/v2/dags/"
-                f"<dag_id>/dagRuns/<run_id>/taskInstances/{self.task_id}/state-store/{SUBMISSION_KEY}) "
-                "and clear the task."
-            ) from e
-        if app_handle is not None:
-            self.log.warning(
-                "An earlier try died while submitting TorchX app %s, before recording its handle: "
-                "recording it now, this try reattaches to it",
-                app_handle,
-            )
-            store.set(self.external_id_key, app_handle)
-        else:
-            self.log.info(
-                "An earlier try died while submitting, and %s has no job of that submission: submitting",
-                scheduler,
-            )
-        store.delete(SUBMISSION_KEY)
-
-    def _check_trackers(self) -> None:
-        """Open every tracker within ``tracker_timeout`` before submitting; else submit nothing."""
-        from torchx_airflow.retry import call_within
-
-        if not self.trackers:
-            return
-        done, _ = call_within(self.tracker_timeout, "Opening the trackers", self.trackers.check, reraise=True)
-        if not done:
-            raise TorchXError(
-                f"Task {self.task_id!r}: the trackers {self.trackers.conn_ids} did not answer within "
-                f"tracker_timeout={self.tracker_timeout!r} s. Nothing was submitted; the task's next try "
-                "tries again. Check that the tracker servers answer, or raise tracker_timeout."
-            )
+        """A try that died while submitting left a mark: find its job (``durable.DurableSubmission``)."""
+        self._durable(context).recover()
 
     def get_job_status(self, external_id: Any, context: Context) -> str:
         status = self._poll_status(str(external_id))
@@ -284,7 +197,9 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
             self._publish_handle(app_handle, context)
         # On a reattach too: an earlier try may have died before its lineage was written (edges are
         # idempotent in the stores).
-        self.record_lineage(app_handle, context)
+        from torchx_airflow.dag_lineage import record_task_run
+
+        record_task_run(self.trackers, app_handle, context, self.tracker_timeout, self.log)
         if not self.wait_for_completion:
             self._status = self._poll_status(app_handle)
         elif self.deferrable:
@@ -306,117 +221,48 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
             self._result = self.result(app_handle, status, self._app, context)
         return self._result
 
-    # waiting
+    # waiting (torchx_airflow.waiting)
 
     def _poll_status(self, app_handle: str) -> AppStatus | None:
-        """The app's status, retried with the provider's one status policy (``torchx_airflow.retry``)."""
-        from torchx_airflow.retry import status_retrying
+        from torchx_airflow.waiting import poll_status
 
-        retrying = status_retrying(f"Status of {app_handle}", max_wait=self.poll_interval)
-        return retrying(self.hook.status, app_handle)
-
-    def record_lineage(self, app_handle: str, context: Context) -> None:
-        """Record the app's parents and Airflow metadata in every tracker, within ``tracker_timeout``.
-
-        The app is already running: a tracker that fails or hangs here is a warning, never a failed
-        task (lineage can be added later with ``add_source``).
-        """
-        if not self.trackers:
-            return
-        from torchx_airflow.lineage import parent_runs
-        from torchx_airflow.retry import call_within
-
-        try:  # asks Airflow for upstream states and XComs: an API error must not fail a running app's task
-            parents = parent_runs(context)
-        except Exception as e:
-            self.log.warning(
-                "No lineage for %s: reading its parents failed: %s: %s", app_handle, type(e).__name__, e
-            )
-            return
-        done, _ = call_within(
-            self.tracker_timeout,
-            f"Recording lineage of {app_handle}",
-            self._record_run,
-            app_handle,
-            parents,
-            context,
-        )
-        if not done:
-            return
-        self.log.info(
-            "Tracked %s in %s with parents %s",
-            app_handle,
-            ", ".join(self.trackers.conn_ids),
-            parents or "(none)",
-        )
-        if self._tracker_url is not None:
-            context["ti"].xcom_push(key=XCOM_TRACKER_URL, value=self._tracker_url)
-
-    def _record_run(self, app_handle: str, parents: list[str], context: Context) -> None:
-        from torchx_airflow.lineage import airflow_metadata, record_run
-
-        record_run(self.trackers.stores, app_handle, parents, airflow_metadata(context))
-        try:
-            self._tracker_url = self.trackers.run_url(app_handle)
-        except Exception as e:
-            self.log.warning("No MLflow link for %s: %s: %s", app_handle, type(e).__name__, e)
+        return poll_status(self.hook, app_handle, self.poll_interval)
 
     def wait(self, app_handle: str, app: AppDef) -> AppStatus:
-        """Poll until the app is terminal, streaming its logs meanwhile.
+        """Poll until the app is terminal, streaming its logs meanwhile (``waiting.wait_for_app``)."""
+        from torchx_airflow.waiting import wait_for_app
 
-        The polls here are the only status queries of the wait: log readers follow them and are
-        stopped when the wait ends, however it ends. Failing polls follow the one retry policy.
-        """
-        from torchx_airflow.logs import AppLogStreamer
-
-        replicas = role_replicas(app)
-        with AppLogStreamer(self.hook, app_handle, replicas, self.log, enabled=self.stream_logs) as streamer:
-            while True:
-                status = self._poll_status(app_handle)
-                if status is None:
-                    raise TorchXAppLostError(app_handle)
-                if status.is_terminal():
-                    return status
-                streamer.drain(timeout=self.poll_interval)
+        return wait_for_app(
+            self.hook, app_handle, role_replicas(app), self.poll_interval, self.log, self.stream_logs
+        )
 
     def result(
         self, app_handle: str, status: AppStatus | None, app: AppDef, context: Context
     ) -> dict[str, Any]:
         """The task's return value; raises ``TorchXAppFailedError`` for a terminal state but SUCCEEDED."""
-        if status is None:
-            raise TorchXAppNotFoundError(app_handle)
-        summary = summarize_status(app_handle, status, app)
-        return self._finish(app_handle, summary, status.is_terminal(), context)
+        from torchx_airflow.apps import scheduler_of
+        from torchx_airflow.results import status_summary
+
+        launcher_bound = not self.hook.apps_outlive_launcher(scheduler_of(app_handle))
+        summary = status_summary(app_handle, status, app, launcher_bound)
+        return self._finish(app_handle, summary, status is not None and status.is_terminal(), context)
 
     def _finish(
         self, app_handle: str, summary: dict[str, Any], terminal: bool, context: Context
     ) -> dict[str, Any]:
-        from torchx_airflow.lineage import XCOM_RUN_ID, run_results
+        from torchx_airflow.results import finish_run
 
-        result = dict(summary)
-        ti = context["ti"]
         self._publish_handle(app_handle, context)
-        if result.get("ui_url"):
-            ti.xcom_push(key=XCOM_UI_URL, value=result["ui_url"])
-        self.log.info("TorchX app %s is %s %s", app_handle, result["state"], result["msg"])
-        if terminal and result["state"] != SUCCEEDED:
-            raise TorchXAppFailedError(
-                app_handle, result["state"], result["msg"], result["structured_error_msg"], result["roles"]
-            )
-        result.update({"metadata": {}, "artifacts": {}, "sources": []})
-        if self.trackers:
-            from torchx_airflow.retry import call_within
-
-            done, results = call_within(
-                self.tracker_timeout,
-                f"Reading the results of {app_handle}",
-                lambda: run_results(self.trackers.stores[0], app_handle),
-            )
-            if done:
-                result.update(results)
-        ti.xcom_push(key=XCOM_RUN_ID, value=app_handle)
-        emit_asset_events(context, self.artifact_assets, result)
-        return result
+        return finish_run(
+            context,
+            app_handle,
+            summary,
+            terminal,
+            self.trackers,
+            self.tracker_timeout,
+            self.artifact_assets,
+            self.log,
+        )
 
     # deferrable
 
@@ -487,20 +333,38 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
 
     # OpenLineage (apache-airflow-providers-openlineage calls these; see torchx_airflow.openlineage)
 
+    def _described_app(self) -> AppDef:
+        """The app of this execution if built, else the task's app as it will be built (no tracker
+        is opened for it: START comes before execute)."""
+        return self.__dict__.get("_app") or self.build_app_with({})
+
+    def _scheduler_name(self) -> str | None:
+        hook = self.__dict__.get("hook")
+        return hook.scheduler if hook is not None else (self.scheduler or None)
+
+    def _first_store(self) -> TrackerBase | None:
+        trackers = self.__dict__.get("trackers")
+        return trackers.stores[0] if trackers else None
+
     def get_openlineage_facets_on_start(self) -> OperatorLineage:
         """The app to be submitted: job facets (roles, images, resources, env names)."""
         from torchx_airflow.openlineage import lineage_on_start
 
-        return lineage_on_start(self)
+        return lineage_on_start(self._described_app(), self._scheduler_name())
+
+    def _lineage_on_end(self, task_instance: Any, produced: bool) -> OperatorLineage:
+        from torchx_airflow import openlineage
+
+        app, store = self._described_app(), self._first_store()
+        hook = self.__dict__.get("hook")
+        outcome = openlineage.run_outcome(self._app_handle, self._result, self._status, hook, app, store)
+        parents = openlineage.lineage_parents(outcome, store, task_instance, self)
+        return openlineage.lineage_on_end(app, self._scheduler_name(), outcome, parents, store, produced)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
         """The finished run: handle, state, sources, parents' runs and artifacts in, its own out."""
-        from torchx_airflow.openlineage import lineage_on_complete
-
-        return lineage_on_complete(self, task_instance)
+        return self._lineage_on_end(task_instance, produced=True)
 
     def get_openlineage_facets_on_failure(self, task_instance: Any) -> OperatorLineage:
         """The failed run: handle, final state and structured error, parents' runs in."""
-        from torchx_airflow.openlineage import lineage_on_failure
-
-        return lineage_on_failure(self, task_instance)
+        return self._lineage_on_end(task_instance, produced=False)

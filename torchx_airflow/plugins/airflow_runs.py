@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 from sqlalchemy import select
 
-from torchx_airflow.lineage import XCOM_RUN_ID
+from torchx_airflow.dag_lineage import XCOM_RUN_ID
 from torchx_airflow.links.torchx import XCOM_TRACKER_URL, XCOM_UI_URL
 from torchx_airflow.plugins.graph import AirflowTask, LineageGraph, RunNode, Seed
 
@@ -177,9 +177,9 @@ def tracker_groups(tasks: Sequence[TrackedTask]) -> tuple[list[TrackerGroup], li
 
 def open_first_store(conn_ids: Sequence[str]) -> TrackerBase:
     """The store a group's lineage is read from: its first tracker, as the operator reads results."""
-    from torchx_airflow.hooks.tracker import TrackerSet
+    from torchx_airflow.hooks.tracker import trackers_for
 
-    return TrackerSet.for_conn_ids(conn_ids[:1]).stores[0]
+    return trackers_for(conn_ids[:1]).stores[0]
 
 
 def enrich_other_runs(session: Session, graph: LineageGraph, readable_dag_ids: set[str]) -> None:

@@ -20,6 +20,9 @@ class SchedulerSupport:
     :param runner: the TorchX runner of the hook that asks.
     """
 
+    #: Whether apps live on without the process that launched them: what lets another task, the
+    #: triggerer or a retry wait on them. Local schedulers keep their apps' state in the launcher.
+    apps_outlive_launcher: bool = True
     #: Whether a job starts with the environment of the process that submits it (local_cwd, slurm).
     #: For those the hook submits with a cleaned environment (``torchx_airflow.schedulers.env``).
     inherits_launcher_env: bool = False
@@ -54,10 +57,6 @@ class SchedulerSupport:
         if app_id not in answer:
             raise LookupError(f"Scheduler {self.name!r} gave no status for app {app_id!r}; asking again.")
         return answer[app_id]
-
-    def known(self, app_id: str) -> bool:
-        """Whether the scheduler knows the app (running, queued, or still in its history)."""
-        return self.status(app_id) is not None
 
     def log_streams(self) -> tuple[str | None, ...]:
         """The log streams of each replica: ``(None,)`` when the scheduler combines them."""

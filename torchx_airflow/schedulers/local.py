@@ -1,4 +1,6 @@
-"""local_cwd: apps are child processes of the launching process, with its environment.
+"""local_cwd and local_docker: apps whose state lives in the launching process.
+
+local_cwd: apps are child processes of the launching process, with its environment.
 
 Status is TorchX's own (in-process, no scheduler to ask). The replicas' log files are taken from
 the request when the app is submitted, so log readers follow the files themselves and stop when
@@ -18,9 +20,16 @@ if TYPE_CHECKING:
 _STREAM_FIELD = {None: "combined", "stdout": "stdout", "stderr": "stderr"}
 
 
+class LocalDockerSupport(SchedulerSupport):
+    """TorchX's ``local_docker`` scheduler: waited on by the process that launched the app."""
+
+    apps_outlive_launcher = False
+
+
 class LocalSupport(SchedulerSupport):
     """TorchX's ``local_cwd`` scheduler: the job's processes inherit the launcher's environment."""
 
+    apps_outlive_launcher = False
     inherits_launcher_env = True
 
     def __init__(self, name: str, runner: Runner) -> None:

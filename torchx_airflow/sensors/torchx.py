@@ -74,7 +74,7 @@ class TorchXAppSensor(BaseSensorOperator):
         from torchx_airflow.triggers.torchx import TorchXAppTrigger
 
         app_handle = check_app_handle(self.app_handle)
-        if scheduler_of(app_handle) in ("local_cwd", "local_docker"):
+        if not self.hook.apps_outlive_launcher(scheduler_of(app_handle)):
             raise TorchXConfigError(
                 f"deferrable=True cannot wait on {app_handle}: local apps are only visible from the process "
                 "that launched them. Wait in the launching TorchXOperator (wait_for_completion=True)."
@@ -128,7 +128,8 @@ class TorchXAppSensor(BaseSensorOperator):
         finally:
             self.hook.close()
         if status is None:
-            raise TorchXAppNotFoundError(app_handle)
+            local = not self.hook.apps_outlive_launcher(scheduler_of(app_handle))
+            raise TorchXAppNotFoundError(app_handle, launcher_bound=local)
         self.log.info("TorchX app %s is %s", app_handle, status.state.name)
         if not status.is_terminal():
             return PokeReturnValue(is_done=False)

@@ -26,7 +26,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from torchx_airflow.apps import summarize_status
+from torchx_airflow.apps import AppHandle, summarize_status
+from torchx_airflow.hooks.torchx import TorchXHook
 from torchx_airflow.retry import async_status_retrying
 
 _BOOKKEEPING = ("status", "log_cursor")
@@ -76,7 +77,7 @@ class TorchXAppTrigger(BaseTrigger):
     def __init__(
         self,
         app_handle: str,
-        torchx_conn_id: str = "torchx_default",
+        torchx_conn_id: str = TorchXHook.default_conn_name,
         poll_interval: float = 5.0,
         deadline: float | None = None,
         log_cursor: dict[str, int] | None = None,
@@ -110,19 +111,16 @@ class TorchXAppTrigger(BaseTrigger):
             },
         )
 
-    def _hook(self) -> Any:
-        from torchx_airflow.hooks.torchx import TorchXHook
-
+    def _hook(self) -> TorchXHook:
         return TorchXHook(self.torchx_conn_id)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from torchx_airflow.apps import scheduler_of
         from torchx_airflow.triggers.poller import shared_poller
 
         # Every trigger of this process waiting on the same connection and scheduler shares one
         # batched status query per interval (triggers/poller.py).
         started = time.monotonic()
-        poller = shared_poller(self.torchx_conn_id, scheduler_of(self.app_handle), self._hook)
+        poller = shared_poller(self.torchx_conn_id, AppHandle.parse(self.app_handle).scheduler, self._hook)
         async with poller.subscribe(self.app_handle, self.poll_interval) as subscription:
             while True:
                 try:
@@ -155,19 +153,18 @@ class TorchXAppTrigger(BaseTrigger):
         self.log_cursor = dict(self._follower.cursor)
 
     def _read_new_log_lines(self, hook: Any, final: bool) -> list[tuple[str, str]]:
-        from torchx_airflow.apps import scheduler_of
-        from torchx_airflow.logs import LogFileFollower
+        from torchx_airflow.log_files import LogFileFollower
 
-        support = hook.support(scheduler_of(self.app_handle))
-        app_id = self.app_handle.rsplit("/", 1)[-1]
+        handle = AppHandle.parse(self.app_handle)
+        support, app_id = hook.support(handle.scheduler), handle.app_id
         if not support.follows_files(app_id):
             self.log_replicas = None  # read through the scheduler when the task resumes
             return []
         if self._follower is None:
             if self.tracker_conn_ids:  # register their secrets with this process's masker
-                from torchx_airflow.hooks.tracker import TrackerSet
+                from torchx_airflow.hooks.tracker import trackers_for
 
-                TrackerSet.for_conn_ids(self.tracker_conn_ids)
+                trackers_for(self.tracker_conn_ids)
             streams = [
                 (role, k, stream)
                 for role, count in self.log_replicas.items()

@@ -1,5 +1,8 @@
 """DAG edges become tracker lineage; the Airflow context becomes run metadata.
 
+(Not to be confused with ``openlineage.py``, the OpenLineage events of a run, nor with the lineage
+view in ``plugins/``, which draws what this module records.)
+
 A task is a *tracked run* when it pushed XCom ``torchx_run_id``: every ``TorchXOperator`` does (its
 app handle), and so does a ``@task`` that used :func:`torchx_airflow.tracking.task_app_run`. The
 parents of a task are its nearest tracked, successful ancestors: each upstream task that is a
@@ -17,17 +20,17 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
     from torchx.tracker.api import TrackerBase
 
+    from torchx_airflow.trackers import TrackerSet
+
 log = logging.getLogger(__name__)
 
 XCOM_RUN_ID = "torchx_run_id"
 SUCCESS = "success"
 METADATA_PREFIX = "airflow_"
-
-
-def airflow_run_id(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str:
-    """Tracker run id of a task that is not a TorchX app: ``airflow://dag/run/task[/map_index]``."""
-    base = f"airflow://{dag_id}/{run_id}/{task_id}"
-    return base if map_index is None or map_index < 0 else f"{base}/{map_index}"
+#: The Airflow identity recorded on every run, as tracker metadata keys (what the lineage view reads).
+AIRFLOW_IDENTITY_KEYS = {
+    name: f"{METADATA_PREFIX}{name}" for name in ("dag_id", "run_id", "task_id", "map_index")
+}
 
 
 def airflow_metadata(context: Context) -> dict[str, Any]:
@@ -96,16 +99,17 @@ def parent_runs(context: Context) -> list[str]:
     return list(dict.fromkeys(parents))
 
 
-def _attempt(what: str, store: TrackerBase, fn: Any, attempts: int = 3) -> bool:
-    """``fn()`` with up to ``attempts`` tries (tenacity, short backoff); a warning when all fail."""
-    from tenacity import Retrying, stop_after_attempt, wait_exponential
+def _attempt(what: str, store: TrackerBase, fn: Any) -> bool:
+    """``fn()`` under the provider's tracker-write policy (``torchx_airflow.retry``); a warning when
+    every attempt failed."""
+    from torchx_airflow.retry import TRACKER_ATTEMPTS, tracker_retrying
 
     try:
-        Retrying(stop=stop_after_attempt(attempts), wait=wait_exponential(0.2, max=2), reraise=True)(fn)
+        tracker_retrying(f"Recording {what} in {store!r}")(fn)
         return True
     except Exception as e:
         name = type(e).__name__
-        log.warning("Could not %s in %r after %d attempts: %s: %s", what, store, attempts, name, e)
+        log.warning("Could not %s in %r after %d attempts: %s: %s", what, store, TRACKER_ATTEMPTS, name, e)
         return False
 
 
@@ -126,18 +130,40 @@ def record_run(
         )
 
 
-def run_results(store: TrackerBase, run_id: str) -> dict[str, Any]:
-    """The run's metadata, artifacts and sources from ``store``, JSON-safe, for XCom."""
-    from torchx_airflow.apps import json_safe
+def record_task_run(
+    trackers: TrackerSet, app_handle: str, context: Context, tracker_timeout: float, task_log: Any = log
+) -> None:
+    """Record a task's run in every tracker: its parents and Airflow metadata, within ``tracker_timeout``.
 
-    try:
-        metadata = dict(store.metadata(run_id))
-        artifacts = {
-            name: {"name": a.name, "path": a.path, "metadata": dict(a.metadata or {})}
-            for name, a in store.artifacts(run_id).items()
-        }
-        sources = sorted({s.source_run_id for s in store.sources(run_id)})
+    The app is already running: a tracker that fails or hangs here is a warning, never a failed task
+    (lineage can be added later with ``add_source``). The run's MLflow page goes to XCom
+    ``tracker_url``.
+    """
+    if not trackers:
+        return
+    from torchx_airflow.links.torchx import XCOM_TRACKER_URL
+    from torchx_airflow.retry import call_within
+
+    try:  # asks Airflow for upstream states and XComs: an API error must not fail a running app's task
+        parents = parent_runs(context)
     except Exception as e:
-        log.warning("Could not read the results of %s from %r: %s: %s", run_id, store, type(e).__name__, e)
-        return {"metadata": {}, "artifacts": {}, "sources": []}
-    return json_safe({"metadata": metadata, "artifacts": artifacts, "sources": sources})
+        name = type(e).__name__
+        task_log.warning("No lineage for %s: reading its parents failed: %s: %s", app_handle, name, e)
+        return
+
+    def record() -> str | None:
+        record_run(trackers.stores, app_handle, parents, airflow_metadata(context))
+        try:
+            return trackers.run_url(app_handle)
+        except Exception as e:
+            task_log.warning("No MLflow link for %s: %s: %s", app_handle, type(e).__name__, e)
+            return None
+
+    done, tracker_url = call_within(tracker_timeout, f"Recording lineage of {app_handle}", record)
+    if not done:
+        return
+    task_log.info(
+        "Tracked %s in %s with parents %s", app_handle, ", ".join(trackers.conn_ids), parents or "(none)"
+    )
+    if tracker_url is not None:
+        context["ti"].xcom_push(key=XCOM_TRACKER_URL, value=tracker_url)
