@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from torchx.tracker.api import TrackerArtifact, TrackerBase
 
 from torchx_airflow_tracker.config import parse_config
-from torchx_airflow_tracker.lineage import (
+from torchx_airflow_tracker.run_graph import (
     DEFAULT_DEPTH,
     EdgeQueries,
     RunLineage,

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from torchx.tracker.api import TrackerArtifact, TrackerBase
 
 from torchx_airflow_tracker.config import parse_config
-from torchx_airflow_tracker.lineage import EdgeQueries, artifact_names_key
+from torchx_airflow_tracker.run_graph import EdgeQueries, artifact_names_key
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
