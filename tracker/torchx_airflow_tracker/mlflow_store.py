@@ -320,28 +320,34 @@ class MlflowStore(EdgeQueries, TrackerBase):
         finds the winner among the runs of ``run_id`` (setting the claim to the winner's value is
         allowed). A claim whose run a user deleted passes to the next generation.
         """
-        from mlflow.exceptions import MlflowException
-
         claims = self._claims_run
         mine = self.client.create_run(self.experiment_id, run_name=run_id, tags={CANDIDATE_TAG: run_id}).info.run_id
         for generation in range(MAX_CLAIM_GENERATIONS):
             key = f"{_digest(run_id)}.{generation}"
-            others = self._search(f"tags.`{CANDIDATE_TAG}` = {_quote(run_id)}")
-            for candidate in [mine] + [r.info.run_id for r in others if r.info.run_id != mine]:
-                try:
-                    self.client.log_param(claims, key, candidate)
-                except MlflowException as e:
-                    if e.error_code != "INVALID_PARAMETER_VALUE":
-                        raise
-                    continue  # another run holds this claim
-                if candidate != mine:
+            if self._claim(claims, key, mine):
+                return mine, True
+            # lost: the winner's run was created before its claim, so the search shows it
+            for other in self._search(f"tags.`{CANDIDATE_TAG}` = {_quote(run_id)}"):
+                if other.info.run_id != mine and self._claim(claims, key, other.info.run_id):
                     self.client.delete_run(mine)
-                return candidate, candidate == mine
+                    return other.info.run_id, False
         raise RuntimeError(
             f"Could not claim an MLflow run for {run_id!r} in experiment {self.experiment!r}: "
             f"{MAX_CLAIM_GENERATIONS} claims name runs that are gone. Check that no one deletes the "
             "run while jobs still write to it."
         )
+
+    def _claim(self, claims_run: str, key: str, mlflow_id: str) -> bool:
+        """Set claim ``key`` to ``mlflow_id``: True if it holds that value now (set, or set before)."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            self.client.log_param(claims_run, key, mlflow_id)
+        except MlflowException as e:
+            if e.error_code != "INVALID_PARAMETER_VALUE":
+                raise
+            return False  # another run holds this claim
+        return True
 
     def _all_tags(self, run_id: str) -> dict[str, str]:
         mlflow_id = self.mlflow_run_id(run_id)
