@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 
 from torchx.tracker.api import Lineage, TrackerSource
-from torchx_airflow_tracker.lineage import RunLineage
+from torchx_airflow_tracker.run_graph import RunLineage
 
 
 def rid(name: str) -> str:

@@ -7,13 +7,18 @@ import multiprocessing
 import re
 import time
 import uuid
+from pathlib import Path
 
 import fsspec
 import pytest
 from torchx.tracker.api import TrackerSource, build_trackers
 from torchx.tracker.backend.fsspec import FsspecTracker
 from torchx_airflow_tracker.config import TrackerConfigError
-from torchx_airflow_tracker.fsspec_store import INDEX_ID, FsspecStore, create
+from torchx_airflow_tracker.fsspec_store import FsspecStore, create
+from torchx_airflow_tracker.store_files import StoreFiles
+from torchx_airflow_tracker.store_layout import LEGACY_INDEX_ID, run_dir_name
+
+from tests.tracker.torchx_readers import fetch_torchx_main, torchx_reads, torchx_writes
 
 PARENT, CHILD = "slurm://torchx/parent-1", "slurm://torchx/child-2"
 
@@ -26,15 +31,65 @@ def _write_sample(tracker) -> None:
     tracker.add_source(CHILD, PARENT, "data")
 
 
-def test_torchx_reads_a_store_we_wrote(tmp_path):
-    _write_sample(FsspecStore(str(tmp_path)))
-    theirs = FsspecTracker(fsspec.filesystem("file"), str(tmp_path))
-    assert theirs.metadata(CHILD) == {"lr": 0.1, "epochs": 2}
-    assert theirs.artifacts(CHILD)["model"].path == "/m.pt"
-    assert list(theirs.sources(CHILD)) == [TrackerSource(PARENT, "data")]
-    # TorchX lists every directory under the root: the runs, and this store's index
-    assert sorted(theirs.run_ids()) == sorted([PARENT, CHILD, INDEX_ID])
-    assert list(theirs.run_ids(parent_run_id=PARENT)) == [CHILD]
+DATASET = "s3://datasets/imagenet/v3"
+
+
+@pytest.fixture(scope="session")
+def torchx_main(tmp_path_factory) -> Path:
+    """TorchX main's files (the pinned torchx-nightly), for its own FsspecTracker."""
+    return fetch_torchx_main(tmp_path_factory.mktemp("torchx-main"))
+
+
+@pytest.fixture(params=["0.7", "main"])
+def torchx_path(request) -> Path | None:
+    """None for TorchX 0.7 (installed), else the path that puts TorchX main first."""
+    return None if request.param == "0.7" else request.getfixturevalue("torchx_main")
+
+
+def _our_view(store: FsspecStore, parents: list[str], runs: list[str]) -> dict:
+    return {
+        "run_ids": sorted(store.run_ids()),
+        "children": {p: sorted(store.run_ids(parent_run_id=p)) for p in parents},
+        "metadata": {r: dict(store.metadata(r)) for r in runs},
+        "sources": {r: sorted([s.source_run_id, s.artifact_name or ""] for s in store.sources(r)) for r in runs},
+    }
+
+
+def test_torchx_readers_see_exactly_the_runs_we_see(tmp_path, torchx_path):
+    ours = FsspecStore(str(tmp_path / "store"))
+    _write_sample(ours)
+    ours.add_source(CHILD, DATASET, "train")  # a source that never tracked anything
+    ours.add_source(CHILD, PARENT, "model")  # a second name on an edge
+    ours.add_source(PARENT, "slurm://torchx/never-tracked")
+    ours.lineage(CHILD)  # a read between the writes changes nothing on disk
+    parents, runs = [PARENT, DATASET, CHILD], [PARENT, CHILD]
+    theirs = torchx_reads(tmp_path / "store", parents, runs, torchx_path)
+    assert theirs["version"].startswith("0.7") == (torchx_path is None)
+    expected = _our_view(ours, parents, runs)
+    assert {k: theirs[k] for k in expected} == expected
+    assert expected["run_ids"] == sorted([PARENT, CHILD])  # no index, no dataset among the runs
+    assert expected["sources"][CHILD] == sorted([[PARENT, "data"], [PARENT, "model"], [DATASET, "train"]])
+
+
+def test_we_read_a_store_torchx_wrote(tmp_path, torchx_path):
+    root = tmp_path / "torchx"
+    ops = [
+        ("add_metadata", [CHILD, {"lr": 0.1}]),
+        ("add_metadata", [CHILD, {"epochs": 2}]),
+        ("add_artifact", [CHILD, "model", "/m.pt", {"sha": "x"}]),
+        ("add_metadata", [PARENT, {"kind": "data"}]),
+        ("add_source", [CHILD, PARENT, "data"]),
+        ("add_source", [CHILD, DATASET, "train"]),
+    ]
+    torchx_writes(root, ops, torchx_path)
+    ours = FsspecStore(str(root))
+    parents, runs = [PARENT, DATASET, CHILD], [PARENT, CHILD]
+    theirs = torchx_reads(root, parents, runs, torchx_path)
+    assert _our_view(ours, parents, runs) == {k: theirs[k] for k in ("run_ids", "children", "metadata", "sources")}
+    assert ours.artifacts(CHILD)["model"].metadata == {"sha": "x"}
+    assert ours.descendants(PARENT) == [TrackerSource(CHILD, "data")]
+    assert ours.lineage(PARENT).descendant_ids == [CHILD]
+    assert {e.source_run_id for e in ours.lineage(CHILD).upstream} == {PARENT, DATASET}
 
 
 def _torchx_store(fs: fsspec.AbstractFileSystem, root: str) -> FsspecTracker:
@@ -58,12 +113,8 @@ def torchx_written(request, tmp_path):
 def test_we_answer_on_a_store_torchx_wrote_without_a_manual_step(torchx_written):
     theirs, ours = torchx_written
     assert ours.metadata(CHILD) == {"lr": 0.1, "epochs": 2}
-    assert ours.artifacts(CHILD)["model"].metadata == {"sha": "x"}
     assert list(ours.sources(CHILD)) == [TrackerSource(PARENT, "data")]
     assert list(ours.run_ids(parent_run_id=PARENT)) == [CHILD]
-    assert ours.descendants(PARENT) == [TrackerSource(CHILD, "data")]
-    assert ours.lineage(PARENT).descendant_ids == [CHILD]
-    assert ours.lineage(CHILD).parent_ids == [PARENT]
     assert sorted(ours.run_ids()) == sorted([PARENT, CHILD])
 
     # a run TorchX writes afterwards is answered for on the next query, by the same store object
@@ -71,7 +122,8 @@ def test_we_answer_on_a_store_torchx_wrote_without_a_manual_step(torchx_written)
     theirs.add_source(grandchild, CHILD, "model")
     assert list(ours.run_ids(parent_run_id=CHILD)) == [grandchild]
     assert {e.run_id for e in ours.lineage(PARENT).downstream} == {CHILD, grandchild}
-    # and a fresh store object (another process) agrees, reading the index written above
+    # a writer records the index for good; a fresh store object (another process) agrees
+    assert ours.ensure_indexed() == 2
     assert ours.ensure_indexed() == 0
     assert list(FsspecStore(ours.url).run_ids(parent_run_id=CHILD)) == [grandchild]
 
@@ -80,43 +132,73 @@ def test_reindex_picks_up_a_source_torchx_added_to_an_indexed_run(tmp_path):
     theirs = _torchx_store(fsspec.filesystem("file"), str(tmp_path))
     _write_sample(theirs)
     ours = FsspecStore(str(tmp_path))
-    assert list(ours.run_ids(parent_run_id=PARENT)) == [CHILD]
+    assert ours.ensure_indexed() == 1
     other_parent = "slurm://torchx/other-parent"
     theirs.add_source(CHILD, other_parent)  # CHILD is indexed already: the documented gap
+    assert list(FsspecStore(str(tmp_path)).run_ids(parent_run_id=other_parent)) == []
     assert ours.reindex() == 1
-    assert list(ours.run_ids(parent_run_id=other_parent)) == [CHILD]
+    assert list(FsspecStore(str(tmp_path)).run_ids(parent_run_id=other_parent)) == [CHILD]
     assert ours.reindex() == 0  # idempotent
 
 
-def test_stores_of_the_previous_layout_still_answer(tmp_path):
-    """Reverse edges the previous version wrote under <root>/<b32(parent)>/descendants/ are read."""
+def test_stores_of_the_previous_layouts_still_answer_and_reindex_moves_them(tmp_path):
+    """The previous version's index directory is not a run; reverse edges kept under
+    <root>/<b32(parent)>/descendants/ (an older layout, and TorchX main's) are read."""
     ours = FsspecStore(str(tmp_path))
     ours.add_source(CHILD, PARENT, "data")
-    legacy = tmp_path / ours._run_dir(PARENT).rsplit("/", 1)[-1] / "descendants"
+    legacy_index = tmp_path / run_dir_name(LEGACY_INDEX_ID) / "descendants"
+    legacy_index.mkdir(parents=True)
+    legacy = tmp_path / run_dir_name(PARENT) / "descendants"
     legacy.mkdir(parents=True)
-    (legacy / ours._run_dir("slurm://torchx/old-child").rsplit("/", 1)[-1]).write_text("model\n")
+    (legacy / run_dir_name("slurm://torchx/old-child")).write_text("model\n")
+    assert sorted(ours.run_ids()) == sorted([PARENT, CHILD])
     assert sorted(ours.run_ids(parent_run_id=PARENT)) == sorted([CHILD, "slurm://torchx/old-child"])
     assert {(d.source_run_id, d.artifact_name) for d in ours.descendants(PARENT)} == {
         (CHILD, "data"),
         ("slurm://torchx/old-child", "model"),
     }
+    ours.reindex()
+    assert not (tmp_path / run_dir_name(LEGACY_INDEX_ID)).exists()
 
 
-def test_torchx_cli_lists_our_store(tmp_path):
+def test_torchx_cli_config_file_works_for_both(tmp_path):
+    """TorchX's config file (``[tracker:fsspec] config=path``) configures our store unchanged."""
     import subprocess
     import sys
 
-    _write_sample(FsspecStore(str(tmp_path)))
-    config = tmp_path.parent / f"{tmp_path.name}.cfg"
-    config.write_text(f"protocol=file\nroot_path={tmp_path}\n")
-    # TorchX's own reader over our layout: run ids decode, sources and metadata parse
+    store_dir = tmp_path / "store"
+    config = tmp_path / "fsspec.cfg"
+    config.write_text(f"# TorchX's format\nprotocol=file\nroot_path={store_dir}\nauto_mkdir=true\n")
+    ours = create(str(config))
+    assert isinstance(ours, FsspecStore) and ours.fs.auto_mkdir == "true"  # strings, as TorchX passes them
+    _write_sample(ours)
+    (tracker,) = build_trackers({"airflow_fsspec": str(config)})
+    assert tracker.metadata(CHILD) == {"lr": 0.1, "epochs": 2}
     code = (
         "from torchx.tracker.backend.fsspec import create; import sys;"
         f"t = create({str(config)!r}); print(sorted(t.run_ids())); print(t.metadata({CHILD!r}))"
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
-    assert str(sorted([PARENT, CHILD, INDEX_ID])) in out  # the index is a directory too
+    assert str(sorted([PARENT, CHILD])) in out
     assert "'epochs': 2" in out
+
+
+def test_a_nested_config_file_key_and_a_missing_one(tmp_path):
+    config = tmp_path / "s3.cfg"
+    config.write_text("protocol=memory\nroot_path=/cfg-test\n")
+    assert create(str(config)).url == "memory:///cfg-test"
+    config.write_text("protocol=s3\nroot_path=bucket/x\nclient_kwargs.endpoint_url=http://127.0.0.1:1\nanon=true\n")
+    from torchx_airflow_tracker.config import read_torchx_fsspec_config
+
+    assert read_torchx_fsspec_config(str(config)) == (
+        "s3://bucket/x",
+        {"client_kwargs": {"endpoint_url": "http://127.0.0.1:1"}, "anon": "true"},
+    )
+    config.write_text("protocol=file\n")
+    with pytest.raises(TrackerConfigError, match=r"Missing \['root_path'\]"):
+        create(str(config))
+    with pytest.raises(TrackerConfigError, match="neither JSON nor a readable file"):
+        create(str(tmp_path / "nope.cfg"))
 
 
 def test_entry_points_accept_inline_json_and_two_stores_of_a_kind(tmp_path):
@@ -141,11 +223,11 @@ def test_entry_points_accept_inline_json_and_two_stores_of_a_kind(tmp_path):
     ("config", "fragment"),
     [
         (None, "needs a config"),
-        ("not json", "not valid JSON"),
         ('["root"]', "must be a JSON object"),
         ('{"rooot": "/x"}', "Unknown key(s) ['rooot']"),
         ('{"storage_options": {}}', "missing ['root']"),
         ('{"root": "/tmp/x", "storage_options": "k=v"}', "'storage_options' must be a JSON object"),
+        ("base64:bm90IGpzb24=", "not valid JSON"),
     ],
 )
 def test_bad_config_names_the_key_and_the_form(config, fragment):
@@ -203,3 +285,176 @@ def test_concurrent_writers_and_a_polling_reader_local(tmp_path):
 def test_concurrent_writers_and_a_polling_reader_s3(s3_endpoint):
     options = {"endpoint_url": s3_endpoint, "key": "testing", "secret": "testing"}
     _concurrent_writes(f"s3://concurrency-{int(time.time())}/store", options)
+
+
+NAMES_PER_RANK, RANKS = 10, 6
+EDGE_CHILD, EDGE_PARENT = "slurm://torchx/edge-child", "slurm://torchx/edge-parent"
+
+
+def _add_names(root: str, options: dict, rank: int, start) -> None:
+    store = FsspecStore(root, options)
+    start.wait()
+    for i in range(NAMES_PER_RANK):
+        store.add_source(EDGE_CHILD, EDGE_PARENT, f"r{rank}-{i}")
+
+
+def _concurrent_edge_names(root: str, options: dict) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Barrier(RANKS)
+    procs = [ctx.Process(target=_add_names, args=(root, options, r, start)) for r in range(RANKS)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+        assert p.exitcode == 0
+    expected = sorted(f"r{r}-{i}" for r in range(RANKS) for i in range(NAMES_PER_RANK))
+    store = FsspecStore(root, options)
+    assert sorted(s.artifact_name for s in store.sources(EDGE_CHILD)) == expected
+    assert sorted(d.artifact_name for d in store.descendants(EDGE_PARENT)) == expected
+
+
+def test_ranks_adding_names_to_one_edge_lose_none_local(tmp_path):
+    _concurrent_edge_names(str(tmp_path / "store"), {})
+    # on a local disk TorchX's own reader sees every name too (one O_APPEND write per name)
+    theirs = FsspecTracker(fsspec.filesystem("file"), str(tmp_path / "store"))
+    assert len({s.artifact_name for s in theirs.sources(EDGE_CHILD)}) == RANKS * NAMES_PER_RANK
+
+
+def test_ranks_adding_names_to_one_edge_lose_none_s3(s3_endpoint):
+    options = {"endpoint_url": s3_endpoint, "key": "testing", "secret": "testing"}
+    _concurrent_edge_names(f"s3://edges-{uuid.uuid4().hex[:12]}/store", options)
+
+
+class _Crash(Exception):
+    pass
+
+
+def test_a_writer_dying_half_way_through_add_source_loses_no_descendant(tmp_path, monkeypatch):
+    """The writer dies after its first file of the edge: the descendant is still found, and the
+    retry completes the edge."""
+    root = str(tmp_path / "store")
+    store = FsspecStore(root)
+    store.add_metadata(PARENT, kind="data")
+    store.add_metadata(CHILD, lr=0.1)  # the run exists and is indexed before the edge
+    real_create_once = StoreFiles.create_once
+    writes: list[str] = []
+
+    def dying(self, path, text=""):
+        if writes:
+            raise _Crash(path)
+        writes.append(path)
+        return real_create_once(self, path, text)
+
+    monkeypatch.setattr(StoreFiles, "create_once", dying)
+    with pytest.raises(_Crash):
+        store.add_source(CHILD, PARENT, "data")
+    monkeypatch.undo()
+    assert FsspecStore(root).run_ids(parent_run_id=PARENT) == [CHILD]
+    assert FsspecStore(root).lineage(PARENT).descendant_ids == [CHILD]
+    store.add_source(CHILD, PARENT, "data")  # the rank's retry
+    assert list(FsspecStore(root).sources(CHILD)) == [TrackerSource(PARENT, "data")]
+
+
+@pytest.mark.parametrize("protocol", ["local", "memory"])
+def test_ids_of_any_length(tmp_path, protocol):
+    """Run and source ids past what a file name holds (255 bytes; base32 makes 159 bytes 255)."""
+    root = str(tmp_path / "store") if protocol == "local" else f"memory://long-{uuid.uuid4().hex}"
+    run = "airflow://dag/" + "task-" * 60  # 314 bytes
+    dataset = "s3://bucket/" + "part/" * 80 + "data.parquet"
+    parent = "slurm://torchx/" + "p" * 200
+    store = FsspecStore(root)
+    store.add_metadata(run, lr=0.1)
+    store.add_artifact(run, "m" * 300, "/model.pt")
+    store.add_source(run, dataset, "n" * 200)
+    store.add_source(run, parent)
+    store.add_metadata(parent, kind="prep")
+    fresh = FsspecStore(root)
+    assert fresh.metadata(run) == {"lr": 0.1}
+    assert set(fresh.artifacts(run)) == {"m" * 300}
+    assert sorted((s.source_run_id, s.artifact_name) for s in fresh.sources(run)) == sorted(
+        [(dataset, "n" * 200), (parent, None)]
+    )
+    assert sorted(fresh.run_ids()) == sorted([run, parent])
+    assert fresh.run_ids(parent_run_id=dataset) == [run]
+    assert fresh.lineage(parent).descendant_ids == [run]
+    if protocol == "local":  # TorchX's reader still lists the store (a long id under its digest name)
+        listed = FsspecTracker(fsspec.filesystem("file"), root).run_ids()
+        assert len(listed) == 2
+
+
+def test_a_malformed_entry_is_skipped_with_a_warning(tmp_path, caplog):
+    store = FsspecStore(str(tmp_path))
+    store.add_metadata(CHILD, lr=0.1)
+    store.add_artifact(CHILD, "model", "/m.pt")
+    run_dir = tmp_path / run_dir_name(CHILD)
+    (run_dir / "metadata" / "0-bad-list").write_text("[]")
+    (run_dir / "metadata" / "1-bad-value").write_text('{"metadata": 3}')
+    (run_dir / "artifacts" / "0-bad").write_text('{"path": "/x"}')
+    (run_dir / "artifacts" / "1-bad").write_text("[]")
+    store.add_metadata(CHILD, epochs=2)
+    with caplog.at_level("WARNING", logger="torchx_airflow_tracker.fsspec_store"):
+        assert store.metadata(CHILD) == {"lr": 0.1, "epochs": 2}
+        assert set(store.artifacts(CHILD)) == {"model"}
+    assert len([r for r in caplog.records if "Skipping" in r.getMessage()]) == 4
+    assert "0-bad-list" in caplog.text
+
+
+class ReadOnlyFileSystem(fsspec.AbstractFileSystem):
+    """A local directory through fsspec that refuses every write: a reader's least privilege."""
+
+    protocol = "readonly"
+    root_marker = "/"
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.local = fsspec.filesystem("file")
+
+    def ls(self, path, detail=True, **kwargs):
+        return self.local.ls(path, detail=detail)
+
+    def info(self, path, **kwargs):
+        return self.local.info(path)
+
+    def cat_file(self, path, start=None, end=None, **kwargs):
+        return self.local.cat_file(path, start=start, end=end)
+
+    def _open(self, path, mode="rb", **kwargs):
+        if mode != "rb":
+            raise PermissionError(f"read-only store: open({path!r}, {mode!r})")
+        return self.local._open(path, mode)
+
+    def _refuse(self, *args, **kwargs):
+        raise PermissionError(f"read-only store: write {args!r}")
+
+    pipe_file = mkdir = makedirs = rm = rm_file = rmdir = touch = mv = cp_file = put_file = _refuse
+
+
+def _tree(root: Path) -> dict[str, tuple[int, bytes]]:
+    return {str(p): (p.stat().st_mtime_ns, p.read_bytes() if p.is_file() else b"") for p in root.rglob("*")}
+
+
+def test_readers_never_write(tmp_path):
+    """Every query answers with read-only credentials, and a local store is left unchanged."""
+    fsspec.register_implementation("readonly", ReadOnlyFileSystem, clobber=True)
+    root = tmp_path / "store"
+    torchx_writes(root, [("add_source", [CHILD, PARENT, "torchx-edge"])], None)  # never indexed
+    writer = FsspecStore(str(root))
+    _write_sample(writer)
+    before = _tree(root)
+
+    for store in (FsspecStore(f"readonly://{root}"), FsspecStore(str(root))):
+        assert store.metadata(CHILD) == {"lr": 0.1, "epochs": 2}
+        assert set(store.artifacts(CHILD)) == {"model"}
+        assert sorted(s.artifact_name for s in store.sources(CHILD)) == ["data", "torchx-edge"]
+        assert store.run_ids(parent_run_id=PARENT) == [CHILD]
+        assert store.descendants(PARENT)[0].source_run_id == CHILD
+        assert store.lineage(PARENT).descendant_ids == [CHILD]
+        assert sorted(store.run_ids()) == sorted([PARENT, CHILD])
+    assert _tree(root) == before
+    with pytest.raises(PermissionError):
+        FsspecStore(f"readonly://{root}").add_metadata(CHILD, x=1)  # the wrapper does refuse writes
+
+    missing = tmp_path / "not-yet"
+    assert list(FsspecStore(str(missing)).run_ids()) == []
+    assert FsspecStore(str(missing)).lineage(CHILD).descendant_ids == []
+    assert not missing.exists()  # a reader made no root

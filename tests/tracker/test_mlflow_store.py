@@ -61,11 +61,81 @@ def test_ranks_creating_the_run_at_once_get_one_run(tracking_uri):
     assert len(runs) == 1
     assert runs[0].info.run_name == run_id
     assert MlflowStore(tracking_uri, experiment).metadata(run_id) == {f"rank{r}": r for r in range(RANKS)}
-    # creation went through one claim, which is out of sight now (deleted, so the UI lists none)
+    # the claims of an experiment are params of one run, made through one claim experiment, which
+    # is out of sight (deleted); no run leaves a claim experiment of its own
     claims = f"name LIKE '{CLAIM_PREFIX}%'"
     assert client.search_experiments(filter_string=claims) == []
     deleted = client.search_experiments(filter_string=claims, view_type=ViewType.DELETED_ONLY)
-    assert len([e for e in deleted if e.name.endswith(".0")]) >= 1
+    assert [e.name for e in deleted if e.name.endswith(f".{exp.experiment_id}")] == [
+        f"{CLAIM_PREFIX}{exp.experiment_id}"
+    ]
+
+
+def test_a_create_run_slower_than_the_others_still_makes_one_run(tmp_path, monkeypatch):
+    """A rank whose create_run takes long (here 3 s) joins the run another rank claimed meanwhile:
+    one run, both ranks' metadata. The previous version re-claimed after a timeout (made 1 s here,
+    where it still exists) and split the writes between two runs."""
+    import threading
+
+    from torchx_airflow_tracker import mlflow_store
+
+    monkeypatch.setattr(mlflow_store, "CLAIM_TIMEOUT_SECONDS", 1.0, raising=False)
+    uri, experiment, run_id = f"sqlite:///{tmp_path}/mlflow.db", "slow", "slurm://torchx/slow-1"
+    slow, fast = MlflowStore(uri, experiment), MlflowStore(uri, experiment)
+    slow.experiment_id, fast.experiment_id  # noqa: B018
+    real_create = MlflowClient.create_run
+    slowed = threading.Event()
+
+    def create_run(self, *args, **kwargs):
+        if threading.current_thread().name == "slow-rank" and not slowed.is_set():
+            slowed.set()
+            time.sleep(3)
+        return real_create(self, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "create_run", create_run)
+    errors = []
+
+    def rank(store, key):
+        try:
+            store.add_metadata(run_id, **{key: 1})
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=rank, args=(slow, "slow"), name="slow-rank")]
+    threads.append(threading.Thread(target=rank, args=(fast, "fast"), name="fast-rank"))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and slowed.is_set()
+    runs = MlflowClient(uri).search_runs(
+        [slow.experiment_id], filter_string=f"tags.`{RUN_ID_TAG}` = '{run_id}'"
+    )
+    assert len(runs) == 1
+    assert MlflowStore(uri, experiment).metadata(run_id) == {"slow": 1, "fast": 1}
+
+
+def test_keys_mlflow_path_rules_refuse_and_ints_past_float_range(tmp_path):
+    store = MlflowStore(f"sqlite:///{tmp_path}/mlflow.db", "paths")
+    run_id = "slurm://torchx/paths-1"
+    odd = {"checkpoints/": 1, "a//b": 2, "/abs": 3, "../up": 4, "big": 10**400}
+    store.add_metadata(run_id, **odd)
+    store.add_artifact(run_id, "checkpoints/", "/ckpt")
+    assert store.metadata(run_id) == odd
+    assert set(store.artifacts(run_id)) == {"checkpoints/"}
+    metrics = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").get_run(store.mlflow_run_id(run_id)).data.metrics
+    assert sorted(metrics.values()) == [1.0, 2.0, 3.0, 4.0]  # the huge int stays a tag only
+
+
+def test_a_multi_store_checks_every_store_before_any_writes(tmp_path):
+    from torchx_airflow_tracker.fsspec_store import FsspecStore
+    from torchx_airflow_tracker.multi_store import MultiStore
+
+    fs_store = FsspecStore(str(tmp_path / "fs"))
+    multi = MultiStore([fs_store, MlflowStore(f"sqlite:///{tmp_path}/mlflow.db", "multi")])
+    with pytest.raises(ValueTooLargeError):
+        multi.add_metadata("slurm://torchx/multi-1", weights="w" * (MAX_SPLIT_VALUE + 1))
+    assert fs_store.metadata("slurm://torchx/multi-1") == {}
 
 
 def test_a_run_deleted_by_a_user_is_created_again(tracking_uri):

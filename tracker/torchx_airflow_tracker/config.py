@@ -74,3 +74,57 @@ def parse_config(
     if missing:
         raise TrackerConfigError(f"The {kind} tracker config is missing {missing}. Expected e.g. {example}.")
     return dict(config)
+
+
+def is_config_file(config: object) -> bool:
+    """Whether a tracker config names a file (TorchX's form) rather than holding JSON (ours)."""
+    if not isinstance(config, str):
+        return False
+    text = config.strip()
+    return bool(text) and not text.startswith(("{", "[", BASE64_PREFIX))
+
+
+def _put_nested(config: dict[str, Any], key: str, value: str, config_file: str) -> None:
+    head, dot, rest = key.partition(".")
+    if not dot:
+        config[key] = value
+        return
+    if not rest or not head:
+        raise TrackerConfigError(f"Illegal key {key!r} in the tracker config file {config_file!r}: no empty part around a '.'.")
+    nested = config.setdefault(head, {})
+    if not isinstance(nested, dict):
+        raise TrackerConfigError(f"Key {key!r} in {config_file!r} nests under {head!r}, which has a value already.")
+    _put_nested(nested, rest, value, config_file)
+
+
+def read_torchx_fsspec_config(config_file: str) -> tuple[str, dict[str, Any]]:
+    """``(root URL, storage options)`` from a TorchX ``FsspecTracker`` config file.
+
+    The file's format is TorchX's: ``key=value`` lines, ``#`` comments, ``protocol`` and
+    ``root_path`` required, every other key (``a.b=v`` nests) passed to the filesystem as a string::
+
+        protocol=s3
+        root_path=bucket/tracker
+        client_kwargs.endpoint_url=http://127.0.0.1:9000
+    """
+    import fsspec
+
+    try:
+        with fsspec.open(config_file, "rt") as f:
+            lines = f.read().splitlines()
+    except (FileNotFoundError, IsADirectoryError, ValueError) as e:
+        raise TrackerConfigError(
+            f"The fsspec tracker config {config_file!r} is neither JSON nor a readable file ({e}). Give inline "
+            'JSON such as {"root": "/data/tracker"}, or the path of a TorchX config file with protocol= and root_path=.'
+        ) from e
+    options: dict[str, Any] = {}
+    for line in lines:
+        key, sep, value = line.partition("=")
+        if line.startswith("#") or not (key.strip() and sep and value.strip()):
+            continue  # TorchX's reader skips these lines too
+        _put_nested(options, key.strip(), value.strip(), config_file)
+    missing = [k for k in ("protocol", "root_path") if k not in options]
+    if missing:
+        raise TrackerConfigError(f"Missing {missing} in the tracker config file {config_file!r}: add e.g. protocol=file and root_path=/data/tracker.")
+    protocol, root = str(options.pop("protocol")), str(options.pop("root_path"))
+    return (root if "://" in root else f"{protocol}://{root}"), options

@@ -1,46 +1,46 @@
 """An fsspec tracker store: any fsspec URL (local path, ``file://``, ``s3://``, ``memory://``, ...).
 
-Runs are kept in TorchX's ``FsspecTracker`` layout, so stores written by either read through the other::
+Runs are kept in TorchX's ``FsspecTracker`` layout, so stores written by either read through the
+other (TorchX 0.7's reader and TorchX main's list exactly the runs this store lists)::
 
     <root>/<b32(run_id)>/metadata/<entry>            {"metadata": {...}}
     <root>/<b32(run_id)>/artifacts/<entry>           {"name": ..., "path": ..., "metadata": ...}
     <root>/<b32(run_id)>/sources/<b32(parent)>       one artifact name per line ("" for none)
 
-plus an index that answers "which runs have X as a source" without reading every run::
+plus what TorchX's reader never looks at (see ``store_layout``)::
 
-    <root>/<b32(INDEX_ID)>/descendants/<b32(parent)>/<b32(run_id)>   empty: run_id has parent as a source
-    <root>/<b32(INDEX_ID)>/indexed/<b32(run_id)>                     empty: run_id's sources are indexed
-    <root>/<b32(INDEX_ID)>/.staging/                                 local disks: files before their rename
+    <root>/<b32(run_id)>/edges/<parent>.<name>       one file per (source, artifact name): never rewritten
+    <root>/<b32(run_id)>/.staging/                   local disks: files before their rename
+    <root>/<b32(run_id)>/id                          the run id, when it is too long for a name
+    <root>/.d.<parent>.<run_id>.<name>               reverse edge: run_id has parent as a source
+    <root>/.i.<b32(run_id)>                          every source of run_id has its reverse edge
 
-What this store adds: entry names unique across processes and hosts (``<time_ns>-<uuid>``) that
-sort in write order, so the later write wins deterministically; readers never return a partial
-entry (an entry is written once under its unique name and skipped until it parses; edge files,
-which change, are replaced atomically); idempotent edges with several artifact names; ``lineage()``; and
-``run_ids(parent_run_id=...)`` / ``descendants()`` answered from the index. A source gets no run
-directory of its own (an external dataset id never shows up in ``run_ids()``).
+A source gets no directory of its own, so an external dataset id never shows up in ``run_ids()``.
+Every edge name is its own file, created once, so ranks adding names to the same edge at once
+lose none; the reverse edge is written first, so a writer that dies half-way never hides a
+descendant. Entry names are unique across processes and hosts (``<time_ns>-<uuid>``) and sort in
+write order, so the later write wins deterministically; a reader skips an entry until it is whole,
+and skips (with a warning) one that is whole but not an entry.
 
-Runs written by TorchX's own ``FsspecTracker`` (which keeps no usable reverse index) are indexed on
-the first query that meets them: every query lists the root once, and a run directory missing
-from ``indexed/`` has its sources read and indexed. Reverse edges a previous version kept under
-``<root>/<b32(parent)>/descendants/`` are still read.
+Readers never write: a run without its ``.i.`` marker (written by TorchX's own tracker, or by the
+previous version of this store) is read from its own directory on each query; ``reindex()`` (a
+writer) records the markers for good.
 """
 
 from __future__ import annotations
 
-import functools
 import json
+import logging
 import posixpath
 import time
 import uuid
-from base64 import b32decode, b32encode
-from binascii import Error as B32Error
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from torchx.tracker.api import TrackerArtifact, TrackerBase
 
-from torchx_airflow_tracker.config import parse_config
-from torchx_airflow_tracker.lineage import (
+from torchx_airflow_tracker.config import TrackerConfigError, parse_config
+from torchx_airflow_tracker.run_graph import (
     DEFAULT_DEPTH,
     EdgeQueries,
     RunLineage,
@@ -48,32 +48,32 @@ from torchx_airflow_tracker.lineage import (
     build_lineage,
 )
 from torchx_airflow_tracker.store_files import StoreFiles
+from torchx_airflow_tracker.store_layout import (
+    ARTIFACTS,
+    DESCENDANTS,
+    EDGES,
+    ID_FILE,
+    INDEXED_PREFIX,
+    LEGACY_INDEX_ID,
+    LONG_ID_PREFIX,
+    METADATA,
+    SOURCES,
+    STAGING,
+    Edge,
+    decode_key,
+    decode_name,
+    edge_from_content,
+    edge_from_keys,
+    parse_reverse_marker,
+    run_dir_name,
+)
 
 if TYPE_CHECKING:
     import fsspec
 
-METADATA, ARTIFACTS, SOURCES, DESCENDANTS = "metadata", "artifacts", "sources", "descendants"
-INDEXED, STAGING = "indexed", ".staging"
-# The index lives in a directory named like a run, so TorchX's reader (which decodes every directory
-# under the root as a run id) still works on this store; it lists this one id in run_ids().
-INDEX_ID = "torchx-airflow-tracker://index"
+log = logging.getLogger(__name__)
 
-
-@functools.lru_cache(maxsize=4096)  # every write names its run (and a source) several times
-def encode_run_id(run_id: str) -> str:
-    """A run id as a case-aware, POSIX-safe directory name (TorchX's encoding)."""
-    return b32encode(run_id.encode("utf-8")).decode("ascii")
-
-
-def decode_run_id(name: str) -> str | None:
-    """The run id a directory name encodes, or None if the name is not one (e.g. ``.staging``)."""
-    try:
-        return b32decode(name).decode("utf-8")
-    except (B32Error, UnicodeDecodeError, ValueError):
-        return None
-
-
-INDEX_DIR_NAME = encode_run_id(INDEX_ID)
+Names = tuple[str | None, ...]
 
 
 def entry_name() -> str:
@@ -81,19 +81,33 @@ def entry_name() -> str:
     return f"{time.time_ns()}-{uuid.uuid4().hex}"
 
 
-def _encode_names(names: Iterable[str | None]) -> str:
-    return "".join(f"{name or ''}\n" for name in artifact_names_key(names))
-
-
-def _decode_names(text: str) -> tuple[str | None, ...]:
+def _decode_names(text: str) -> Names:
     lines = [line.strip() for line in text.splitlines()]
     return artifact_names_key(line or None for line in lines) if lines else (None,)
+
+
+class _Graph:
+    """Every edge of a store, both ways, from one listing of its root."""
+
+    def __init__(self) -> None:
+        self.parents: dict[str, dict[str, set[str | None]]] = {}
+        self.children: dict[str, dict[str, set[str | None]]] = {}
+
+    def add(self, edge: Edge) -> None:
+        self.parents.setdefault(edge.run_id, {}).setdefault(edge.source_id, set()).add(edge.artifact_name)
+        self.children.setdefault(edge.source_id, {}).setdefault(edge.run_id, set()).add(edge.artifact_name)
+
+    def parents_of(self, run_id: str) -> dict[str, Names]:
+        return {p: artifact_names_key(n) for p, n in self.parents.get(run_id, {}).items()}
+
+    def children_of(self, run_id: str) -> dict[str, Names]:
+        return {c: artifact_names_key(n) for c, n in self.children.get(run_id, {}).items()}
 
 
 class FsspecStore(EdgeQueries, TrackerBase):
     """TorchX tracker backend on an fsspec filesystem.
 
-    :param root: a path or URL; created if missing.
+    :param root: a path or URL; writers create it, readers only read it.
     :param storage_options: passed to the fsspec filesystem (credentials, endpoint, ...).
 
     Example::
@@ -109,10 +123,10 @@ class FsspecStore(EdgeQueries, TrackerBase):
         self.fs, self.root = fsspec.core.url_to_fs(root, **dict(storage_options or {}))
         self.root = self.root.rstrip("/") or "/"
         self.url = root
-        self._index = posixpath.join(self.root, INDEX_DIR_NAME)
-        self.files = StoreFiles(self.fs, staging_dir=posixpath.join(self._index, STAGING))
-        self.files.makedirs(self.root)
-        self._indexed: set[str] = set()  # run dir names known to be indexed (they stay so)
+        self.files = StoreFiles(self.fs)
+        self._touched: set[str] = set()  # run dirs this object has indexed (their .i. marker exists)
+        self._edges_written: set[Edge] = set()
+        self._scanned: dict[str, list[Edge]] = {}  # unindexed run dirs read once by this object
 
     def __repr__(self) -> str:
         return f"FsspecStore(root={self.url!r})"
@@ -120,17 +134,18 @@ class FsspecStore(EdgeQueries, TrackerBase):
     # paths and entries
 
     def _run_dir(self, run_id: str) -> str:
-        return posixpath.join(self.root, encode_run_id(run_id))
+        return posixpath.join(self.root, run_dir_name(run_id))
 
-    def _read_json_entries(self, run_id: str, category: str) -> list[Mapping[str, Any]]:
+    def _read_json_entries(self, run_id: str, category: str) -> list[tuple[str, Any]]:
         directory = posixpath.join(self._run_dir(run_id), category)
         entries = []
         for name in self.files.names(directory):
-            text = self.files.read_text(posixpath.join(directory, name))
+            path = posixpath.join(directory, name)
+            text = self.files.read_text(path)
             if text is None:  # removed since listed
                 continue
             try:
-                entries.append(json.loads(text))
+                entries.append((path, json.loads(text)))
             except json.JSONDecodeError:
                 continue  # an entry still being written: not there yet (no prefix of one is JSON)
         return entries
@@ -138,8 +153,33 @@ class FsspecStore(EdgeQueries, TrackerBase):
     def _append(self, run_id: str, category: str, content: Mapping[str, Any]) -> None:
         # entries are written once under a unique name, so no rename is needed: readers skip an
         # entry until it is whole
-        path = posixpath.join(self._run_dir(run_id), category, entry_name())
-        self.files.create(path, json.dumps(content, default=str))
+        run_dir = self._touch(run_id)
+        self.files.create(posixpath.join(run_dir, category, entry_name()), json.dumps(content, default=str))
+
+    def _touch(self, run_id: str) -> str:
+        """The run's directory, once per run and object made ready for writes: its long id kept,
+        its earlier sources (a run TorchX's tracker started) indexed, its ``.i.`` marker set."""
+        run_dir = self._run_dir(run_id)
+        dir_name = posixpath.basename(run_dir)
+        if dir_name in self._touched:
+            return run_dir
+        if LONG_ID_PREFIX in (decode_name(dir_name) or ""):
+            self.files.create_once(posixpath.join(run_dir, ID_FILE), run_id)
+        self._index_run(dir_name, run_id)
+        self._touched.add(dir_name)
+        return run_dir
+
+    def _index_run(self, dir_name: str, run_id: str, force: bool = False) -> int:
+        """Write the reverse markers of a run's sources, then its ``.i.`` marker; the markers written."""
+        marker = posixpath.join(self.root, INDEXED_PREFIX + dir_name)
+        if not force and self.files.read_text(marker) is not None:
+            return 0
+        written = sum(self._write_reverse(edge) for edge in self._forward_edges(run_id, dir_name))
+        self.files.create_once(marker)
+        return written
+
+    def _write_reverse(self, edge: Edge) -> int:
+        return int(self.files.create_once(posixpath.join(self.root, edge.reverse_marker()), edge.content()))
 
     # TrackerBase
 
@@ -148,7 +188,10 @@ class FsspecStore(EdgeQueries, TrackerBase):
 
     def metadata(self, run_id: str) -> Mapping[str, object]:
         merged: dict[str, object] = {}
-        for entry in self._read_json_entries(run_id, METADATA):
+        for path, entry in self._read_json_entries(run_id, METADATA):
+            if not isinstance(entry, dict) or not isinstance(entry.get("metadata"), dict):
+                log.warning("Skipping %s: not a metadata entry ({\"metadata\": {...}}): %.200s", path, entry)
+                continue
             merged.update(entry["metadata"])
         return merged
 
@@ -159,114 +202,149 @@ class FsspecStore(EdgeQueries, TrackerBase):
 
     def artifacts(self, run_id: str) -> Mapping[str, TrackerArtifact]:
         found: dict[str, TrackerArtifact] = {}
-        for entry in self._read_json_entries(run_id, ARTIFACTS):
+        for path, entry in self._read_json_entries(run_id, ARTIFACTS):
+            if not isinstance(entry, dict) or "name" not in entry or "path" not in entry:
+                log.warning("Skipping %s: not an artifact entry ({\"name\", \"path\"}): %.200s", path, entry)
+                continue
+            metadata = entry.get("metadata")
             found[str(entry["name"])] = TrackerArtifact(
-                str(entry["name"]), str(entry["path"]), entry.get("metadata")
+                str(entry["name"]), str(entry["path"]), metadata if isinstance(metadata, dict) else None
             )
         return found
 
     # edges
 
-    def _source_file(self, run_id: str, source_id: str) -> str:
-        return posixpath.join(self._run_dir(run_id), SOURCES, encode_run_id(source_id))
+    def add_source(self, run_id: str, source_id: str, artifact_name: str | None = None) -> None:
+        edge = Edge(source_id, run_id, artifact_name or None)
+        if edge in self._edges_written:
+            return  # the same edge twice is one edge
+        run_dir = self._touch(run_id)
+        # reverse first: a writer dying before the forward edge leaves a descendant, never loses one
+        self._write_reverse(edge)
+        self.files.create_once(posixpath.join(run_dir, EDGES, edge.forward_marker()), edge.content())
+        self._add_to_torchx_edge(run_dir, source_id, edge.artifact_name)
+        self._edges_written.add(edge)
 
-    def _descendant_dirs(self, run_id: str) -> tuple[str, str]:
-        """Where reverse edges of ``run_id`` are: the index, and the run's own dir (older stores)."""
-        return (
-            posixpath.join(self._index, DESCENDANTS, encode_run_id(run_id)),
-            posixpath.join(self._run_dir(run_id), DESCENDANTS),
-        )
-
-    def _merge_edge(self, path: str, names: Iterable[str | None]) -> None:
-        """Add artifact ``names`` to the edge file at ``path`` (nothing written if all are there)."""
+    def _add_to_torchx_edge(self, run_dir: str, source_id: str, artifact_name: str | None) -> None:
+        """The edge in TorchX's form (``sources/<b32(parent)>``), for TorchX's reader."""
+        path = posixpath.join(run_dir, SOURCES, run_dir_name(source_id))
         text = self.files.read_text(path)
         known = _decode_names(text) if text is not None else ()
-        merged = artifact_names_key((*known, *names))
-        if text is not None and merged == known:
-            return  # the same edge twice is one edge
-        # an edge first recorded with no name keeps "no name" alongside the new one
-        self.files.write(path, _encode_names(merged))
+        if artifact_name in known:
+            return
+        if self.files.local:  # one O_APPEND write: concurrent writers keep every line
+            self.files.append_line(path, artifact_name or "")
+        else:  # names lost here in a race stay in edges/, which this store reads
+            self.files.write(path, "".join(f"{n or ''}\n" for n in artifact_names_key((*known, artifact_name))),
+                             posixpath.join(run_dir, STAGING))  # fmt: skip
 
-    def add_source(self, run_id: str, source_id: str, artifact_name: str | None = None) -> None:
-        self._merge_edge(self._source_file(run_id, source_id), (artifact_name or None,))
-        # The reverse edge is an empty marker in the index (the names stay in the forward edge, the
-        # one place they change). It is not kept under the source: a source may be a dataset that
-        # never tracked anything, and must not become a run.
-        self.files.create_empty(self._reverse_edge(source_id, run_id))
-
-    def _reverse_edge(self, source_id: str, run_id: str) -> str:
-        return posixpath.join(self._descendant_dirs(source_id)[0], encode_run_id(run_id))
-
-    def _edges_in(self, directory: str) -> dict[str, tuple[str | None, ...]]:
-        edges: dict[str, tuple[str | None, ...]] = {}
-        for name in self.files.names(directory):
-            other = decode_run_id(name)
-            text = self.files.read_text(posixpath.join(directory, name))
-            if other is not None and text is not None:
-                edges[other] = _decode_names(text)
+    def _forward_edges(self, run_id: str, dir_name: str | None = None) -> list[Edge]:
+        """A run's edges to its sources, read from its own directory (this store's and TorchX's)."""
+        run_dir = posixpath.join(self.root, dir_name or run_dir_name(run_id))
+        edges: list[Edge] = []
+        for name in self.files.names(posixpath.join(run_dir, EDGES)):
+            source_key, _, name_key = name.partition(".")
+            edge = None
+            known, source_id = decode_key(source_key)
+            known_name, artifact_name = decode_key(name_key)
+            if known and known_name and source_id is not None:
+                edge = Edge(source_id, run_id, artifact_name)
+            else:
+                edge = edge_from_content(self.files.read_text(posixpath.join(run_dir, EDGES, name)))
+            if edge is not None:
+                edges.append(Edge(edge.source_id, run_id, edge.artifact_name))
+        # TorchX's form of the edges: TorchX's tracker may have written some, or added names
+        long_ids = {run_dir_name(e.source_id): e.source_id for e in edges}
+        for name in self.files.names(posixpath.join(run_dir, SOURCES)):
+            source_id = long_ids.get(name) or decode_name(name)
+            text = self.files.read_text(posixpath.join(run_dir, SOURCES, name))
+            if source_id is not None and text is not None:
+                edges += [Edge(source_id, run_id, n) for n in _decode_names(text)]
         return edges
 
-    def _parents(self, run_id: str) -> dict[str, tuple[str | None, ...]]:
-        return self._edges_in(posixpath.join(self._run_dir(run_id), SOURCES))
-
-    def _indexed_children(self, run_id: str) -> dict[str, tuple[str | None, ...]]:
-        index_dir, legacy_dir = self._descendant_dirs(run_id)
-        children = self._edges_in(legacy_dir)  # reverse edges that carry their names
-        for name in self.files.names(index_dir):
-            child = decode_run_id(name)
-            text = None if child is None else self.files.read_text(self._source_file(child, run_id))
+    def _legacy_children(self, run_id: str, dir_name: str) -> list[Edge]:
+        """Reverse edges an earlier layout (and TorchX main) kept under ``<b32(parent)>/descendants/``."""
+        directory = posixpath.join(self.root, dir_name, DESCENDANTS)
+        edges = []
+        for name in self.files.names(directory):
+            child, text = decode_name(name), self.files.read_text(posixpath.join(directory, name))
             if child is not None and text is not None:
-                children[child] = artifact_names_key((*children.get(child, ()), *_decode_names(text)))
-        return children
+                edges += [Edge(run_id, child, n) for n in _decode_names(text)]
+        return edges
 
-    def _children(self, run_id: str) -> dict[str, tuple[str | None, ...]]:
-        self.ensure_indexed()
-        return self._indexed_children(run_id)
+    def _parents(self, run_id: str) -> dict[str, Names]:
+        graph = _Graph()
+        for edge in self._forward_edges(run_id):
+            graph.add(edge)
+        return graph.parents_of(run_id)
+
+    def _children(self, run_id: str) -> dict[str, Names]:
+        return self.graph().children_of(run_id)
 
     def lineage(self, run_id: str, depth: int = DEFAULT_DEPTH) -> RunLineage:
-        self.ensure_indexed()  # once for the whole walk
-        return build_lineage(run_id, self._parents, self._indexed_children, depth)
+        graph = self.graph()  # one listing of the root for the whole walk
+        return build_lineage(run_id, graph.parents_of, graph.children_of, depth)
 
-    # the index
+    # the graph and the index
 
-    def _run_dir_names(self) -> list[str]:
-        return [
-            n for n in self.files.names(self.root) if n != INDEX_DIR_NAME and decode_run_id(n) is not None
-        ]
+    def _root_names(self) -> list[str]:
+        return self.files.names(self.root, hidden=True)
 
-    def _index_run(self, dir_name: str) -> int:
-        """Index the sources of one run directory; returns the reverse edges it lacked."""
-        sources_dir = posixpath.join(self.root, dir_name, SOURCES)
-        written = 0
-        for name in self.files.names(sources_dir):
-            source_id = decode_run_id(name)
-            if source_id is not None:
-                written += self.files.create_empty(posixpath.join(self._index, DESCENDANTS, name, dir_name))
-        self.files.create_empty(posixpath.join(self._index, INDEXED, dir_name))
-        self._indexed.add(dir_name)
-        return written
+    def _run_dirs(self, names: Iterable[str]) -> dict[str, str]:
+        """{directory name: run id} of the run directories among a root listing."""
+        runs = {}
+        for name in names:
+            decoded = None if name.startswith(".") else decode_name(name)
+            if decoded is None or decoded == LEGACY_INDEX_ID:
+                continue
+            if decoded.startswith(LONG_ID_PREFIX):
+                decoded = self.files.read_text(posixpath.join(self.root, name, ID_FILE)) or decoded
+            runs[name] = decoded
+        return runs
+
+    def graph(self) -> _Graph:
+        """Every edge of the store: the reverse markers, and the runs that have none yet read in full."""
+        names = self._root_names()
+        graph = _Graph()
+        for name in names:
+            keys = parse_reverse_marker(name)
+            if keys is None:
+                continue
+            edge = edge_from_keys(*keys) or edge_from_content(
+                self.files.read_text(posixpath.join(self.root, name))
+            )
+            if edge is not None:
+                graph.add(edge)
+        indexed = {n[len(INDEXED_PREFIX) :] for n in names if n.startswith(INDEXED_PREFIX)}
+        unindexed = [n for n in names if not n.startswith(".") and n not in indexed]
+        for dir_name, run_id in self._run_dirs(unindexed).items():
+            if dir_name not in self._scanned:
+                self._scanned[dir_name] = self._forward_edges(run_id, dir_name) + self._legacy_children(
+                    run_id, dir_name
+                )
+            for edge in self._scanned[dir_name]:
+                graph.add(edge)
+        return graph
 
     def ensure_indexed(self) -> int:
-        """Index runs that are not yet (written by TorchX's own tracker); returns the edges written.
-
-        Costs one listing of the root when the index is current (and one of ``indexed/`` the first
-        time a store object sees a run).
-        """
-        # names only: decoding 10,000 run ids (pure-Python base32) would cost more than the listing
-        unknown = [n for n in self.files.names(self.root) if n not in self._indexed and n != INDEX_DIR_NAME]
-        if not unknown:
-            return 0
-        self._indexed.update(self.files.names(posixpath.join(self._index, INDEXED)))
-        todo = [n for n in unknown if n not in self._indexed and decode_run_id(n) is not None]
-        return sum(self._index_run(n) for n in todo)
+        """Writer: index the runs that have no ``.i.`` marker yet; returns the reverse markers written."""
+        names = self._root_names()
+        indexed = {n[len(INDEXED_PREFIX) :] for n in names if n.startswith(INDEXED_PREFIX)}
+        todo = self._run_dirs(n for n in names if not n.startswith(".") and n not in indexed)
+        return sum(self._index_run(d, r, force=True) for d, r in todo.items())
 
     def reindex(self) -> int:
-        """Read every run's sources again and index them; returns the reverse edges written.
+        """Writer: read every run's sources again and index them; returns the reverse markers written.
 
-        Queries index new runs by themselves; this is for a source that TorchX's own tracker added
-        to a run this store had already indexed. Idempotent.
+        For sources TorchX's own tracker added to a run this store had already indexed. Also removes
+        the index directory the previous version kept among the runs. Idempotent.
         """
-        return sum(self._index_run(n) for n in self._run_dir_names())
+        names = self._root_names()
+        written = sum(self._index_run(d, r, force=True) for d, r in self._run_dirs(names).items())
+        legacy = run_dir_name(LEGACY_INDEX_ID)
+        if legacy in names:
+            self.files.remove_tree(posixpath.join(self.root, legacy))
+        return written
 
     def run_ids(self, **kwargs: str) -> Iterable[str]:
         parent_run_id = kwargs.pop("parent_run_id", None)
@@ -275,19 +353,21 @@ class FsspecStore(EdgeQueries, TrackerBase):
                 f"Unknown run_ids filter(s) {sorted(kwargs)}; the fsspec store filters by parent_run_id only."
             )
         if parent_run_id:
-            self.ensure_indexed()
-            names = {n for d in self._descendant_dirs(parent_run_id) for n in self.files.names(d)}
-        else:
-            names = set(self._run_dir_names())
-        return sorted(r for r in map(decode_run_id, names) if r is not None)
+            return sorted(self.graph().children_of(parent_run_id))
+        return sorted(self._run_dirs(self._root_names()).values())
 
 
 def create(config: str | None) -> FsspecStore:
-    """``torchx.tracker`` entry point: inline JSON ``{"root": <url>, "storage_options": {...}}``."""
+    """``torchx.tracker`` entry point: inline JSON ``{"root": <url>, "storage_options": {...}}`` (or
+    ``base64:`` of it), or the path of a TorchX ``FsspecTracker`` config file (``protocol=``,
+    ``root_path=``, other keys as storage options), so ``[tracker:fsspec] config=path`` carries over."""
+    from torchx_airflow_tracker.config import is_config_file, read_torchx_fsspec_config
+
+    if is_config_file(config):
+        root, options = read_torchx_fsspec_config(str(config))
+        return FsspecStore(root, options)
     parsed = parse_config("fsspec", config, ("root",), ("storage_options",))
     options = parsed.get("storage_options") or {}
     if not isinstance(options, Mapping):
-        from torchx_airflow_tracker.config import TrackerConfigError
-
         raise TrackerConfigError(f"'storage_options' must be a JSON object, got {options!r}.")
     return FsspecStore(str(parsed["root"]), options)

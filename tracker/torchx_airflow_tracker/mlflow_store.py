@@ -18,13 +18,12 @@ agree through a claim (an experiment name, which MLflow keeps unique), with no f
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
-import os
+import math
+import posixpath
 import re
-import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from functools import cached_property
@@ -33,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from torchx.tracker.api import TrackerArtifact, TrackerBase
 
 from torchx_airflow_tracker.config import parse_config
-from torchx_airflow_tracker.lineage import EdgeQueries, artifact_names_key
+from torchx_airflow_tracker.run_graph import EdgeQueries, artifact_names_key
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -52,67 +51,57 @@ MAX_TAG_VALUE = 8000  # MLflow's limit on a tag value
 MAX_SPLIT_VALUE = 8_000_000  # larger values belong in a file, recorded with add_artifact
 MAX_KEY = 250
 CLAIM_PREFIX = ".torchx-claim."
-CLAIM_TIMEOUT_SECONDS = 30.0  # how long a claimed run may take to appear before it is claimed again
 MAX_CLAIM_GENERATIONS = 20
 BATCH = 100  # MLflow accepts at most 100 tags (and 100 params) per log_batch call
 MAX_BATCH_BYTES = 600_000  # MLflow refuses log_batch bodies over 1 MB
 MAX_METRICS_WITH_TAGS = 900  # 1,000 entities per call, less a full batch of tags
 _SAFE_KEY = re.compile(r"[^A-Za-z0-9_\-. /]")
-_ENV_USERNAME = "MLFLOW_TRACKING_USERNAME"
-_ENV_PASSWORD = "MLFLOW_TRACKING_PASSWORD"
-_CREDENTIALS_LOCK = threading.RLock()
+REGISTRY_TAG = "torchx.claims_run"  # experiment tag: the run whose params are the claims
+REGISTRY_RUN_NAME = ".torchx-claims"
+# a run made to be claimed carries this tag; RUN_ID_TAG only once it won, so searches for a run id
+# never meet a losing rank's run before it is deleted
+CANDIDATE_TAG = "torchx.candidate_for"
 
 
-@contextlib.contextmanager
-def _credentials_env(username: str | None, password: str | None) -> Iterator[None]:
-    """MLflow reads basic-auth credentials from the environment on every request: set them for one call."""
-    wanted = {_ENV_USERNAME: username, _ENV_PASSWORD: password}
-    with _CREDENTIALS_LOCK:
-        saved = {name: os.environ.get(name) for name in wanted}
-        try:
-            for name, value in wanted.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
-            yield
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+def _client_with_credentials(tracking_uri: str, username: str | None, password: str | None) -> MlflowClient:
+    """An ``MlflowClient`` whose every request carries these credentials, whatever the process
+    environment holds (MLflow reads ``MLFLOW_TRACKING_USERNAME``/``PASSWORD`` there otherwise)."""
+    from mlflow.store.tracking.rest_store import RestStore
+    from mlflow.tracking import MlflowClient
+    from mlflow.tracking._tracking_service.client import TrackingServiceClient
+    from mlflow.utils.credentials import get_default_host_creds
 
+    def host_creds() -> Any:
+        creds = get_default_host_creds(tracking_uri)  # TLS settings and the like, as MLflow reads them
+        creds.username, creds.password, creds.token = username, password, None
+        return creds
 
-class _AuthenticatedClient:
-    """An ``MlflowClient`` whose calls carry this store's own credentials, not the process's."""
+    class _Tracking(TrackingServiceClient):
+        @property
+        def store(self) -> RestStore:
+            return rest_store
 
-    def __init__(self, client: MlflowClient, username: str | None, password: str | None) -> None:
-        self._client = client
-        self._username = username
-        self._password = password
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._client, name)
-        if not callable(attr):
-            return attr
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            with _credentials_env(self._username, self._password):
-                return attr(*args, **kwargs)
-
-        return call
+    rest_store = RestStore(host_creds)
+    client = MlflowClient(tracking_uri)
+    client._tracking_client = _Tracking(tracking_uri)  # the one seam MLflow has for its store
+    return client
 
 
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
 
 
+def _path_safe(key: str) -> bool:
+    """MLflow's rule for keys (they may become file paths): no ``a//b``, ``x/``, ``/abs``, ``..``."""
+    norm = posixpath.normpath(key)
+    return norm == key and norm != "." and not norm.startswith(("..", "/"))
+
+
 def _tag_key(prefix: str, name: str) -> str:
     """A valid MLflow tag key for ``name``; names MLflow cannot hold get a digest suffix (never collide)."""
     safe = _SAFE_KEY.sub("_", name)
-    if safe != name or len(prefix) + len(safe) > MAX_KEY:
-        safe = f"{safe[: MAX_KEY - len(prefix) - 26]}-{_digest(name)}"
+    if safe != name or len(prefix) + len(safe) > MAX_KEY or not _path_safe(prefix + safe):
+        safe = f"{safe.replace('/', '_')[: MAX_KEY - len(prefix) - 26]}-{_digest(name)}"
     return prefix + safe
 
 
@@ -143,6 +132,17 @@ def _encode(tag_key: str, payload: Mapping[str, Any]) -> tuple[dict[str, str], d
     return parts, {tag_key: json.dumps({PARTS_FIELD: digest, "count": len(parts)})}
 
 
+def _encode_all(entries: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, str], dict[str, str]]:
+    """``(parts, tags)`` of several payloads; ``ValueTooLargeError`` before anything is written."""
+    parts: dict[str, str] = {}
+    tags: dict[str, str] = {}
+    for tag_key, payload in entries.items():
+        entry_parts, entry_tags = _encode(tag_key, payload)
+        parts.update(entry_parts)
+        tags.update(entry_tags)
+    return parts, tags
+
+
 def _batches(tags: Mapping[str, str]) -> Iterator[list[tuple[str, str]]]:
     """Tags in groups MLflow accepts in one ``log_batch``: at most 100, and well under its 1 MB body."""
     batch: list[tuple[str, str]] = []
@@ -167,8 +167,25 @@ def _decode(value: str, all_tags: Mapping[str, str]) -> Any:
     return entry
 
 
+def _fits_float(value: float) -> bool:
+    """Whether a number can be a metric (an int past float range stays a tag only)."""
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
 def _quote(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _metadata_entries(kwargs: Mapping[str, object]) -> tuple[dict[str, Any], dict[str, float]]:
+    entries, metrics = {}, {}
+    for key, value in kwargs.items():
+        entries[_tag_key(METADATA_PREFIX, key)] = {"key": key, "value": value}
+        if isinstance(value, int | float) and not isinstance(value, bool) and _fits_float(value):
+            metrics[_tag_key("", key)] = float(value)  # shown as metrics in the MLflow UI
+    return entries, metrics
 
 
 class MlflowStore(EdgeQueries, TrackerBase):
@@ -207,10 +224,14 @@ class MlflowStore(EdgeQueries, TrackerBase):
             raise ImportError(
                 "Install torchx-airflow-tracker[mlflow] (mlflow-skinny) to use the MLflow store"
             ) from e
-        client = MlflowClient(tracking_uri=self.tracking_uri)
         if self._username is None and self._password is None:
-            return client
-        return _AuthenticatedClient(client, self._username, self._password)  # type: ignore[return-value]
+            return MlflowClient(tracking_uri=self.tracking_uri)
+        if not self.tracking_uri.startswith(("http://", "https://")):
+            raise ValueError(
+                f"username/password apply to http(s) tracking URIs only, got {self.tracking_uri!r}: "
+                "drop them, or give the server's http(s) URI."
+            )
+        return _client_with_credentials(self.tracking_uri, self._username, self._password)
 
     @cached_property
     def experiment_id(self) -> str:
@@ -247,68 +268,86 @@ class MlflowStore(EdgeQueries, TrackerBase):
 
     def mlflow_run_id(self, run_id: str, create: bool = False) -> str | None:
         """The MLflow run of a TorchX run id; with ``create``, made if missing (one, however many race)."""
-        if run_id in self._mlflow_ids:
-            return self._mlflow_ids[run_id]
-        runs = self._runs_of(run_id)
-        if runs:
-            winner: str | None = runs[0].info.run_id
-        else:
-            winner = self._create_once(run_id) if create else None
-        if winner is not None:
-            self._mlflow_ids[run_id] = winner
-        return winner
+        if run_id not in self._mlflow_ids:
+            runs = self._runs_of(run_id)
+            if runs:
+                self._mlflow_ids[run_id] = runs[0].info.run_id
+            elif create:
+                mlflow_id, won = self._create_once(run_id)
+                if won:
+                    self.client.set_tag(mlflow_id, RUN_ID_TAG, run_id)
+                self._mlflow_ids[run_id] = mlflow_id
+        return self._mlflow_ids.get(run_id)
 
-    def _create_once(self, run_id: str) -> str:
-        """Create the MLflow run of ``run_id`` unless another process is doing so; its MLflow run id.
+    @cached_property
+    def _claims_run(self) -> str:
+        """The run whose params are this experiment's claims (one per experiment, made once).
 
-        MLflow has no conditional run creation, but experiment names are unique in its store: the
-        process that creates the claim experiment creates the run, the others wait for that run to
-        show up. The claim is deleted afterwards (hidden in the UI; its name stays taken). A claim
-        whose run never appears (its creator died, or a user deleted the run) is passed over to
-        the next generation, so this always ends.
+        MLflow keeps a param's first value (a different one is refused), so a param is a
+        compare-and-set: the first rank to set ``<claim of run id> = <its run>`` wins.
         """
         from mlflow.exceptions import MlflowException
 
-        for generation in range(MAX_CLAIM_GENERATIONS):
-            name = f"{CLAIM_PREFIX}{_digest(f'{self.experiment_id}/{run_id}')}.{generation}"
-            try:
-                claim_id = self.client.create_experiment(name)
-            except MlflowException as e:
-                if e.error_code != "RESOURCE_ALREADY_EXISTS":
-                    raise
-                found = self._await_run(run_id, name)
-                if found is not None:
-                    return found
-                continue
-            run = self.client.create_run(self.experiment_id, run_name=run_id, tags={RUN_ID_TAG: run_id})
+        experiment = self.client.get_experiment(self.experiment_id)
+        if experiment.tags.get(REGISTRY_TAG):
+            return experiment.tags[REGISTRY_TAG]
+        candidate = self.client.create_run(self.experiment_id, run_name=REGISTRY_RUN_NAME).info.run_id
+        # experiment names are unique: the one rank whose claim experiment is created wins; it is
+        # deleted at once (out of sight), and a deleted experiment still answers by name
+        name = f"{CLAIM_PREFIX}{self.experiment_id}"
+        try:
+            claim_id = self.client.create_experiment(name, tags={REGISTRY_TAG: candidate})
             self.client.delete_experiment(claim_id)
-            return run.info.run_id
+            winner = candidate
+        except MlflowException as e:
+            if e.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+            winner = self.client.get_experiment_by_name(name).tags[REGISTRY_TAG]
+            self.client.delete_run(candidate)
+        try:
+            self.client.set_experiment_tag(self.experiment_id, REGISTRY_TAG, winner)
+        except MlflowException:  # ranks setting the same value at once (SQLite refuses the second)
+            if self.client.get_experiment(self.experiment_id).tags.get(REGISTRY_TAG) != winner:
+                raise
+        return winner
+
+    def _create_once(self, run_id: str) -> tuple[str, bool]:
+        """Create the MLflow run of ``run_id`` unless another rank's is claimed.
+
+        Returns the run and whether it is this call's: the caller then tags it with ``RUN_ID_TAG``. The run is
+        created *before* it is claimed, so a claim always names a run that exists: nothing waits
+        for a slow ``create_run``, and no rank polls. A rank that loses deletes its own run and
+        finds the winner among the runs of ``run_id`` (setting the claim to the winner's value is
+        allowed). A claim whose run a user deleted passes to the next generation.
+        """
+        claims = self._claims_run
+        mine = self.client.create_run(self.experiment_id, run_name=run_id, tags={CANDIDATE_TAG: run_id}).info.run_id
+        for generation in range(MAX_CLAIM_GENERATIONS):
+            key = f"{_digest(run_id)}.{generation}"
+            if self._claim(claims, key, mine):
+                return mine, True
+            # lost: the winner's run was created before its claim, so the search shows it
+            for other in self._search(f"tags.`{CANDIDATE_TAG}` = {_quote(run_id)}"):
+                if other.info.run_id != mine and self._claim(claims, key, other.info.run_id):
+                    self.client.delete_run(mine)
+                    return other.info.run_id, False
         raise RuntimeError(
-            f"Could not create the MLflow run of {run_id!r} in experiment {self.experiment!r}: "
-            f"{MAX_CLAIM_GENERATIONS} claims were taken without a run appearing. Check the MLflow "
-            "server's logs, and that no one deletes the run while jobs still write to it."
+            f"Could not claim an MLflow run for {run_id!r} in experiment {self.experiment!r}: "
+            f"{MAX_CLAIM_GENERATIONS} claims name runs that are gone. Check that no one deletes the "
+            "run while jobs still write to it."
         )
 
-    def _await_run(self, run_id: str, claim_name: str) -> str | None:
-        """The run another process claimed, once it shows; None if that claim will never make one."""
-        deadline = time.monotonic() + CLAIM_TIMEOUT_SECONDS
-        delay = 0.01
-        while True:
-            # The claim is read before the search: its creator deletes it only once the run exists,
-            # so a claim seen deleted and then no run found means the run was deleted since.
-            claim = self.client.get_experiment_by_name(claim_name)
-            runs = self._runs_of(run_id)
-            if runs:
-                return runs[0].info.run_id
-            if claim is None or claim.lifecycle_stage == "deleted":
-                return None
-            if time.monotonic() > deadline:
-                log.warning(
-                    "No MLflow run of %s after %s s: claiming it again", run_id, CLAIM_TIMEOUT_SECONDS
-                )
-                return None
-            time.sleep(delay)
-            delay = min(delay * 2, 0.25)
+    def _claim(self, claims_run: str, key: str, mlflow_id: str) -> bool:
+        """Set claim ``key`` to ``mlflow_id``: True if it holds that value now (set, or set before)."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            self.client.log_param(claims_run, key, mlflow_id)
+        except MlflowException as e:
+            if e.error_code != "INVALID_PARAMETER_VALUE":
+                raise
+            return False  # another run holds this claim
+        return True
 
     def _all_tags(self, run_id: str) -> dict[str, str]:
         mlflow_id = self.mlflow_run_id(run_id)
@@ -328,15 +367,13 @@ class MlflowStore(EdgeQueries, TrackerBase):
         """Write ``{tag key: payload}`` (split where too long, parts first) and metrics in few calls."""
         from mlflow.entities import Metric, RunTag
 
-        parts: dict[str, str] = {}
-        tags: dict[str, str] = {}
-        for tag_key, payload in entries.items():  # encode all first: a bad value writes nothing
-            entry_parts, entry_tags = _encode(tag_key, payload)
-            parts.update(entry_parts)
-            tags.update(entry_tags)
-        mlflow_id = self.mlflow_run_id(run_id, create=True)
+        parts, tags = _encode_all(entries)  # all first: a bad value writes nothing
+        mlflow_id = self.mlflow_run_id(run_id)
         if mlflow_id is None:
-            raise RuntimeError(f"No MLflow run for {run_id!r} after creating it")
+            mlflow_id, won = self._create_once(run_id)
+            self._mlflow_ids[run_id] = mlflow_id
+            if won:  # the run id tag rides with the first batch: the run shows once it has data
+                tags = {RUN_ID_TAG: run_id, **tags}
         for batch in _batches(parts):
             self.client.log_batch(mlflow_id, tags=[RunTag(k, v) for k, v in batch])
         now = int(time.time() * 1000)
@@ -353,12 +390,15 @@ class MlflowStore(EdgeQueries, TrackerBase):
     # TrackerBase
 
     def add_metadata(self, run_id: str, **kwargs: object) -> None:
-        entries, metrics = {}, {}
-        for key, value in kwargs.items():
-            entries[_tag_key(METADATA_PREFIX, key)] = {"key": key, "value": value}
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                metrics[_tag_key("", key)] = float(value)  # shown as metrics in the MLflow UI
-        self._log_tags(run_id, entries, metrics)
+        self._log_tags(run_id, *_metadata_entries(kwargs))
+
+    def check_metadata(self, **kwargs: object) -> None:
+        """Raise what ``add_metadata`` would, without writing (a multi-store checks every store first)."""
+        _encode_all(_metadata_entries(kwargs)[0])
+
+    def check_artifact(self, name: str, path: str, metadata: Mapping[str, object] | None = None) -> None:
+        """Raise what ``add_artifact`` would, without writing."""
+        _encode_all({_tag_key(ARTIFACT_PREFIX, name): {"name": name, "path": path, "metadata": metadata}})
 
     def metadata(self, run_id: str) -> Mapping[str, object]:
         return {entry["key"]: entry["value"] for entry in self._entries(run_id, METADATA_PREFIX)}
