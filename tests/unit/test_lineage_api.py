@@ -10,6 +10,7 @@ DAGs' bundle belongs to team ``research``; ``ana`` is a viewer in it, ``bob`` a 
 
 from __future__ import annotations
 
+import html
 import json
 import subprocess
 import sys
@@ -258,23 +259,76 @@ def test_the_drawing_escapes_text_and_links_only_what_a_browser_opens(tmp_path):
     assert 'class="elabel"' in page and ">model<" in page  # the edge is labelled with its artifact
 
 
-def test_runs_of_a_dag_the_user_cannot_read_keep_only_their_id_and_edges(tmp_path):
+def test_runs_of_a_dag_the_user_cannot_read_are_opaque_nodes(tmp_path):
     from torchx_airflow_tracker.fsspec_store import FsspecStore
 
     from torchx_airflow.plugins.airflow_runs import enrich_other_runs
     from torchx_airflow.plugins.graph import AirflowTask, Seed, build_graph
+    from torchx_airflow.plugins.render import render_page
 
     store = FsspecStore(str(tmp_path))
-    secret_parent, child = "slurm://torchx/1", "slurm://torchx/2"
-    store.add_source(child, secret_parent)
+    secret_parent, child = "slurm://torchx/hr_payroll-t-1", "slurm://torchx/2"
+    python_task = "airflow://hr_payroll/r0/export"  # a tracked Python task: its id names its DAG
+    store.add_source(child, secret_parent, "salaries")
+    store.add_source(secret_parent, python_task, "raw")
     store.add_metadata(secret_parent, airflow_dag_id="hr_payroll", airflow_run_id="r0", airflow_task_id="t")
     store.add_artifact(secret_parent, "salaries", "/hr/salaries.parquet")
-    graph = build_graph([(store, [Seed(child, AirflowTask("d", "r", "train"))])], depth=2)
+    graph = build_graph([(store, [Seed(child, AirflowTask("d", "r", "train"))])], depth=3)
     assert graph.runs[secret_parent].task.dag_id == "hr_payroll"  # what the tracker knows
     enrich_other_runs(None, graph, readable_dag_ids={"d"})  # nothing to look up in the DB
-    hidden = graph.to_dict()
-    assert {e["source"] for e in hidden["edges"]} == {secret_parent}
-    assert "hr_payroll" not in str(hidden) and "salaries" not in str(hidden)
+    answer = graph.to_dict()
+    page = render_page(graph, dag_id="d", run_id="r", static_url="/s", json_url="/j")
+    for shown in (str(answer), page):
+        for word in ("hr_payroll", "salaries", "raw", "export", "r0"):
+            assert word not in shown, word
+    assert sorted((e["source"], e["target"]) for e in answer["edges"]) == [
+        ("hidden:1", child),
+        ("hidden:2", "hidden:1"),
+    ]
+    hidden = [run for run in answer["runs"] if run["hidden"]]
+    assert [run["label"] for run in hidden] == ["run in a DAG you cannot see"] * 2
+    assert all(run["airflow"] is None and not run["links"] and not run["artifacts"] for run in hidden)
+    assert page.count("run in a DAG you cannot see") == 2
+
+
+def test_links_open_only_http_sites_and_same_origin_paths():
+    from torchx_airflow.plugins.graph import LineageGraph, RunNode
+    from torchx_airflow.plugins.render import render_svg
+
+    def drawn(url: str) -> str:
+        node = RunNode("slurm://torchx/1", links={"scheduler_ui": url})
+        return render_svg(LineageGraph({node.run_id: node}, [], depth=1))
+
+    for other_site in ("//evil.example/x", "/\\evil.example/x", "/\tevil", "javascript:alert(1)"):
+        assert "<a " not in drawn(other_site), other_site
+    assert 'href="/dags/d/runs/r" target="_top"' in drawn("/dags/d/runs/r")
+    assert 'href="https://host/ui" target="_blank"' in drawn("https://bob:hunter2@host/ui")
+
+
+def test_user_info_of_every_url_is_stripped_and_secrets_masked_before_escaping(tmp_path):
+    from airflow.sdk.log import mask_secret
+    from torchx_airflow_tracker.fsspec_store import FsspecStore
+
+    from torchx_airflow.plugins.app import LineageView, masked_view
+    from torchx_airflow.plugins.graph import Seed, build_graph
+    from torchx_airflow.plugins.render import render_page
+
+    secret = 'pw&<x>"y-0042'
+    mask_secret(secret)
+    store = FsspecStore(str(tmp_path))
+    run, parent = "slurm://torchx/7", "s3://ci:hunter2@data/raw.csv"
+    store.add_source(run, parent, "data")
+    store.add_artifact(run, "model", "https://bob:hunter2@models.example/m.pt")
+    store.add_artifact(run, "token", f"/out/{secret}/m.pt")
+    seed = Seed(run, links={"mlflow": "https://bob:hunter2@mlflow.example/#/runs/1"})
+    view = masked_view(LineageView(build_graph([(store, [seed])], depth=2), warnings=[f"oops {secret}"]))
+    answer = json.dumps(view.graph.to_dict())
+    page = render_page(view.graph, dag_id="d", run_id="r", static_url="/s", json_url="/j", warnings=view.warnings)
+    for shown in (answer, page):
+        assert "hunter2" not in shown and "bob" not in shown
+        assert secret not in shown and html.escape(secret) not in shown and "x&gt;" not in shown
+    assert "https://models.example/m.pt" in answer and "s3://data/raw.csv" in answer
+    assert 'href="https://mlflow.example/#/runs/1"' in page
 
 
 class UnreachableStore:
