@@ -194,7 +194,7 @@ class LineageGraph:
     truncated: bool = False  # True when the walk stopped at ``depth`` with more runs beyond it
     warnings: list[str] = field(default_factory=list)  # stores that failed while being read
     max_runs: int = MAX_RUNS
-    runs_not_shown: int = 0  # runs found within the depth but left out: more than ``max_runs``
+    runs_not_shown: int = 0  # runs found but not drawn (over ``max_runs``); their neighbours not read
 
     @property
     def cut(self) -> str | None:
@@ -203,8 +203,9 @@ class LineageGraph:
             return None
         more = f"{self.runs_not_shown} more run{'s' * (self.runs_not_shown != 1)}"
         return (
-            f"{more} found within depth {self.depth} not drawn: the view draws at most {self.max_runs} "
-            "runs, the nearest to this DAG run first (lower the depth to see a smaller part whole)."
+            f"At least {more} within depth {self.depth} not drawn (nor read further): the view draws at "
+            f"most {self.max_runs} runs, the nearest to this DAG run first. Lower the depth to see a "
+            "smaller part whole."
         )
 
     @property
