@@ -456,7 +456,9 @@ def test_user_info_of_every_url_is_stripped_and_secrets_masked_before_escaping(t
     seed = Seed(run, links={"mlflow": "https://bob:hunter2@mlflow.example/#/runs/1"})
     view = masked_view(LineageView(build_graph([(store, [seed])], depth=2), warnings=[f"oops {secret}"]))
     answer = json.dumps(view.graph.to_dict())
-    page = render_page(view.graph, dag_id="d", run_id="r", static_url="/s", json_url="/j", warnings=view.warnings)
+    page = render_page(
+        view.graph, dag_id="d", run_id="r", static_url="/s", json_url="/j", warnings=view.warnings
+    )
     for shown in (answer, page):
         assert "hunter2" not in shown and "bob" not in shown
         assert secret not in shown and html.escape(secret) not in shown and "x&gt;" not in shown

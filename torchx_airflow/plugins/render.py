@@ -164,6 +164,7 @@ def _card(p: Placed, selected: bool) -> str:
     else:
         where = f"{node.task.dag_id} · {node.task.run_id}"
     handle = "" if node.hidden else node.handle or node.run_id
+    label = "Hidden run" if node.hidden else node.label
     pill_w = 7.6 * len(state) + 16
     parts = [
         f'<g class="{" ".join(classes)}" data-run="{_esc(node.run_id)}" '
@@ -171,7 +172,7 @@ def _card(p: Placed, selected: bool) -> str:
         f"<title>{_esc(node.run_id)}</title>",
         f'<rect class="card" width="{CARD_W}" height="{CARD_H}" rx="10"/>',
         f'<rect class="bar" width="6" height="{CARD_H}" rx="3"/>',
-        f'<text class="label" x="18" y="24">{_esc(_fit("Hidden run" if node.hidden else node.label, 26))}</text>',
+        f'<text class="label" x="18" y="24">{_esc(_fit(label, 26))}</text>',
         f'<rect class="pill" x="{CARD_W - pill_w - 10}" y="9" width="{pill_w}" height="20" rx="10"/>',
         f'<text class="pilltext" x="{CARD_W - pill_w / 2 - 10}" y="23">{_esc(state)}</text>',
         f'<text class="where" x="18" y="45">{_esc(_fit_middle(where, 36))}</text>',
