@@ -5,11 +5,15 @@ pipeline's evaluate run), real TorchX jobs tracking to a local fsspec store whos
 secret (a ``token`` storage option).
 
 Access: SimpleAuthManager cannot restrict one role to some DAGs, but its multi-team mode can: the
-DAGs' bundle belongs to team ``research``; ``ana`` is a viewer in it, ``bob`` a viewer in ``finance``.
+pipeline's bundle belongs to team ``research``, the finetune DAG's bundle to ``finance``; ``ana`` is a
+viewer in research, ``bob`` in finance. SimpleAuthManager grants a viewer every kind of DAG
+information; ``EntityAuthManager`` (below) withholds XComs from ``carol`` and task instances from
+``dave``, as FAB or Keycloak roles can, so the view's checks of those are tested too.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import subprocess
 import sys
@@ -20,9 +24,10 @@ import pytest
 pytestmark = pytest.mark.integration
 
 STORE_SECRET = "view-Store-T0ken-0077"
-USERS = "admin:admin,ana:viewer:research,bob:viewer:finance"
-PASSWORDS = {"admin": "admin-pw", "ana": "ana-pw", "bob": "bob-pw"}
+USERS = "admin:admin,ana:viewer:research,bob:viewer:finance,carol:viewer:research,dave:viewer:research"
+PASSWORDS = {"admin": "admin-pw", "ana": "ana-pw", "bob": "bob-pw", "carol": "carol-pw", "dave": "dave-pw"}
 BUNDLE = "dags-folder"
+FINANCE_BUNDLE = "finance-dags"
 
 
 def _conns(store_root) -> dict[str, str]:
@@ -47,21 +52,53 @@ def runs(run_dag, tmp_path_factory):
     return env, pipeline, finetune
 
 
-def _assign_bundle_team(team: str | None) -> None:
+def _entity_auth_manager():
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+
+    class EntityAuthManager(SimpleAuthManager):
+        """SimpleAuthManager with per-entity rules for two viewers (FAB and Keycloak have such roles)."""
+
+        DENIED = {"carol": DagAccessEntity.XCOM, "dave": DagAccessEntity.TASK_INSTANCE}
+
+        def is_authorized_dag(self, *, method, user, access_entity=None, details=None):
+            if access_entity is not None and self.DENIED.get(user.username) == access_entity:
+                return False
+            return super().is_authorized_dag(
+                method=method, user=user, access_entity=access_entity, details=details
+            )
+
+    return EntityAuthManager
+
+
+EntityAuthManager = None  # built on first use: importing Airflow's auth managers is slow
+
+
+def _assign_bundle_teams(teams: bool) -> None:
+    """The pipeline's bundle to team research, the finetune DAG's to finance (or both back)."""
+    from airflow.models.dag import DagModel, clear_team_name_cache
     from airflow.models.dagbundle import DagBundleModel
     from airflow.models.team import Team
     from airflow.utils.session import create_session
 
+    clear_team_name_cache()
     with create_session() as session:
         bundle = session.get(DagBundleModel, BUNDLE)
-        if team is None:
-            bundle.teams = []
+        finance = session.get(DagBundleModel, FINANCE_BUNDLE)
+        if finance is None:
+            finance = DagBundleModel(name=FINANCE_BUNDLE)
+            session.add(finance)
+        finetune = session.get(DagModel, "tx_view_finetune")
+        if not teams:
+            bundle.teams, finance.teams, finetune.bundle_name = [], [], BUNDLE
             return
         for name in ("research", "finance"):
             if session.get(Team, name) is None:
                 session.add(Team(name=name))
         session.flush()
-        bundle.teams = [session.get(Team, team)]
+        bundle.teams = [session.get(Team, "research")]
+        finance.teams = [session.get(Team, "finance")]
+        finetune.bundle_name = FINANCE_BUNDLE
 
 
 @pytest.fixture(scope="module")
@@ -79,16 +116,20 @@ def client(runs, tmp_path_factory):
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": USERS,
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
             "AIRFLOW__API_AUTH__JWT_SECRET": "lineage-view-test-secret-" + "x" * 48,
+            "AIRFLOW__CORE__AUTH_MANAGER": f"{__name__}.EntityAuthManager",
         }.items():
             mp.setenv(name, value)
-        _assign_bundle_team("research")
+        global EntityAuthManager
+        EntityAuthManager = _entity_auth_manager()
+        _assign_bundle_teams(True)
         try:
-            from airflow.api_fastapi.app import create_app
+            from airflow.api_fastapi.app import _AuthManagerState, create_app
 
             with TestClient(create_app()) as test_client:
                 yield test_client
         finally:
-            _assign_bundle_team(None)
+            _assign_bundle_teams(False)
+            _AuthManagerState.instance = None  # the next app builds the configured auth manager
 
 
 def _token(client, user: str) -> dict[str, str]:
@@ -213,6 +254,99 @@ def test_a_user_who_cannot_read_the_dag_cannot_read_its_lineage(runs, client):
     assert client.get(airflow_path, headers=_token(client, "ana")).status_code == 200
 
 
+def _paths(dag_id: str, run_id: str) -> list[str]:
+    run = urllib.parse.quote(run_id, safe="")
+    return [f"/torchx/api/lineage/{dag_id}/{run}", f"/torchx/lineage/{dag_id}/{run}"]
+
+
+def test_the_view_needs_xcom_and_task_instance_access_as_airflows_own_endpoints(runs, client):
+    _, pipeline, _ = runs
+    run = urllib.parse.quote(pipeline.run_id, safe="")
+    dag_run = f"/api/v2/dags/tx_view_pipeline/dagRuns/{run}"
+    airflow_paths = {
+        "carol": f"{dag_run}/taskInstances/evaluate/xcomEntries",  # no XCom access
+        "dave": f"{dag_run}/taskInstances",  # no task instance access
+    }
+    for user, airflow_path in airflow_paths.items():
+        headers = _token(client, user)
+        assert client.get(dag_run, headers=headers).status_code == 200  # may read the DAG run
+        assert client.get(airflow_path, headers=headers).status_code == 403
+        for path in _paths("tx_view_pipeline", pipeline.run_id):
+            reply = client.get(path, headers=headers)
+            assert reply.status_code == 403, (user, path)
+            assert pipeline.xcom("evaluate", "torchx_run_id") not in reply.text
+
+
+def _shown(client, dag_id: str, run_id: str, user: str) -> tuple[dict, str]:
+    graph = _graph(client, dag_id, run_id, user=user, depth=3)
+    page = client.get(_paths(dag_id, run_id)[1], headers=_token(client, user))
+    assert page.status_code == 200
+    return graph, page.text
+
+
+def test_runs_of_a_dag_of_another_team_are_opaque_in_the_json_and_the_page(runs, client):
+    _, pipeline, finetune = runs
+    h = _handles(pipeline)
+    tuned = finetune.xcom("finetune", "torchx_run_id")
+    # ana (research) reads the pipeline: its descendant in the finance team's DAG is opaque
+    graph, page = _shown(client, "tx_view_pipeline", pipeline.run_id, "ana")
+    hidden = [run for run in graph["runs"] if run["hidden"]]
+    assert {run["id"] for run in graph["runs"]} == {*h.values(), hidden[0]["id"]} and len(hidden) == 1
+    assert hidden[0]["label"] == "run in a DAG you cannot see" and hidden[0]["airflow"] is None
+    assert {"source": h["evaluate"], "target": hidden[0]["id"], "artifact_names": []} in graph["edges"]
+    for text in (json.dumps(graph), page):
+        assert tuned not in text and "tx_view_finetune" not in text and finetune.run_id not in text
+    assert "run in a DAG you cannot see" in page
+    # bob (finance) reads the finetune run: the pipeline's four runs are opaque
+    graph, page = _shown(client, "tx_view_finetune", finetune.run_id, "bob")
+    assert [run["id"] for run in graph["runs"] if not run["hidden"]] == [tuned]
+    assert len(graph["runs"]) == 5 and len(graph["edges"]) == 5
+    assert {artifact["run"] for artifact in graph["artifacts"]} <= {tuned}
+    for text in (json.dumps(graph), page):
+        assert "tx_view_pipeline" not in text and pipeline.run_id not in text
+        assert not [handle for handle in h.values() if handle in text]
+    # admin sees everything
+    graph, _ = _shown(client, "tx_view_finetune", finetune.run_id, "admin")
+    assert {run["id"] for run in graph["runs"]} == {tuned, *h.values()}
+
+
+def test_concurrent_views_are_bounded_and_the_one_over_is_told_to_retry(runs, client, monkeypatch):
+    from contextlib import ExitStack
+
+    from torchx_airflow.plugins.app import LIMITER
+
+    _, pipeline, _ = runs
+    monkeypatch.setattr(LIMITER, "queue_seconds", 0.2)
+    headers = _token(client, "admin")
+    with ExitStack() as busy:
+        for _ in range(LIMITER.slots):  # as many views as the server reads at once
+            busy.enter_context(LIMITER.slot())
+        for path in _paths("tx_view_pipeline", pipeline.run_id):
+            reply = client.get(path, headers=headers)
+            assert reply.status_code == 503 and reply.headers["retry-after"] == "5", path
+            assert "The lineage view is busy: 4 views are being read already" in reply.text
+    assert client.get(_paths("tx_view_pipeline", pipeline.run_id)[0], headers=headers).status_code == 200
+
+
+def test_a_secret_in_an_artifact_path_is_masked_before_the_page_is_escaped(runs, client):
+    from airflow.sdk.log import mask_secret
+    from torchx_airflow_tracker.fsspec_store import FsspecStore
+
+    env, pipeline, _ = runs
+    secret = 'Pw&<Lineage>"Q-0091'
+    mask_secret(secret)  # as a connection's secret is, in the API server's process
+    root = json.loads(env["AIRFLOW_CONN_VIEW_FS"])["extra"]["root"]
+    evaluate = pipeline.xcom("evaluate", "torchx_run_id")
+    FsspecStore(root).add_artifact(evaluate, "report", f"https://bob:hunter2@reports.example/{secret}.html")
+    graph, page = _shown(client, "tx_view_pipeline", pipeline.run_id, "admin")
+    path = next(a["path"] for a in graph["artifacts"] if a["name"] == "report")
+    assert path == "https://reports.example/***.html"
+    for text in (json.dumps(graph), page):
+        assert secret not in text and html.escape(secret) not in text and "Lineage&gt;" not in text
+        assert "hunter2" not in text
+    assert "https://reports.example/***.html" in page
+
+
 def test_unknown_dag_run_is_a_404_that_says_what_to_check(client):
     reply = client.get("/torchx/api/lineage/tx_view_pipeline/no-such-run", headers=_token(client, "admin"))
     assert reply.status_code == 404
@@ -258,23 +392,78 @@ def test_the_drawing_escapes_text_and_links_only_what_a_browser_opens(tmp_path):
     assert 'class="elabel"' in page and ">model<" in page  # the edge is labelled with its artifact
 
 
-def test_runs_of_a_dag_the_user_cannot_read_keep_only_their_id_and_edges(tmp_path):
+def test_runs_of_a_dag_the_user_cannot_read_are_opaque_nodes(tmp_path):
     from torchx_airflow_tracker.fsspec_store import FsspecStore
 
     from torchx_airflow.plugins.airflow_runs import enrich_other_runs
     from torchx_airflow.plugins.graph import AirflowTask, Seed, build_graph
+    from torchx_airflow.plugins.render import render_page
 
     store = FsspecStore(str(tmp_path))
-    secret_parent, child = "slurm://torchx/1", "slurm://torchx/2"
-    store.add_source(child, secret_parent)
+    secret_parent, child = "slurm://torchx/hr_payroll-t-1", "slurm://torchx/2"
+    python_task = "airflow://hr_payroll/r0/export"  # a tracked Python task: its id names its DAG
+    store.add_source(child, secret_parent, "salaries")
+    store.add_source(secret_parent, python_task, "raw")
     store.add_metadata(secret_parent, airflow_dag_id="hr_payroll", airflow_run_id="r0", airflow_task_id="t")
     store.add_artifact(secret_parent, "salaries", "/hr/salaries.parquet")
-    graph = build_graph([(store, [Seed(child, AirflowTask("d", "r", "train"))])], depth=2)
+    graph = build_graph([(store, [Seed(child, AirflowTask("d", "r", "train"))])], depth=3)
     assert graph.runs[secret_parent].task.dag_id == "hr_payroll"  # what the tracker knows
     enrich_other_runs(None, graph, readable_dag_ids={"d"})  # nothing to look up in the DB
-    hidden = graph.to_dict()
-    assert {e["source"] for e in hidden["edges"]} == {secret_parent}
-    assert "hr_payroll" not in str(hidden) and "salaries" not in str(hidden)
+    answer = graph.to_dict()
+    page = render_page(graph, dag_id="d", run_id="r", static_url="/s", json_url="/j")
+    for shown in (str(answer), page):
+        for word in ("hr_payroll", "salaries", "raw", "export", "r0"):
+            assert word not in shown, word
+    assert sorted((e["source"], e["target"]) for e in answer["edges"]) == [
+        ("hidden:1", child),
+        ("hidden:2", "hidden:1"),
+    ]
+    hidden = [run for run in answer["runs"] if run["hidden"]]
+    assert [run["label"] for run in hidden] == ["run in a DAG you cannot see"] * 2
+    assert all(run["airflow"] is None and not run["links"] and not run["artifacts"] for run in hidden)
+    assert page.count("run in a DAG you cannot see") == 2
+
+
+def test_links_open_only_http_sites_and_same_origin_paths():
+    from torchx_airflow.plugins.graph import LineageGraph, RunNode
+    from torchx_airflow.plugins.render import render_svg
+
+    def drawn(url: str) -> str:
+        node = RunNode("slurm://torchx/1", links={"scheduler_ui": url})
+        return render_svg(LineageGraph({node.run_id: node}, [], depth=1))
+
+    for other_site in ("//evil.example/x", "/\\evil.example/x", "/\tevil", "javascript:alert(1)"):
+        assert "<a " not in drawn(other_site), other_site
+    assert 'href="/dags/d/runs/r" target="_top"' in drawn("/dags/d/runs/r")
+    assert 'href="https://host/ui" target="_blank"' in drawn("https://bob:hunter2@host/ui")
+
+
+def test_user_info_of_every_url_is_stripped_and_secrets_masked_before_escaping(tmp_path):
+    from airflow.sdk.log import mask_secret
+    from torchx_airflow_tracker.fsspec_store import FsspecStore
+
+    from torchx_airflow.plugins.app import LineageView, masked_view
+    from torchx_airflow.plugins.graph import Seed, build_graph
+    from torchx_airflow.plugins.render import render_page
+
+    secret = 'pw&<x>"y-0042'
+    mask_secret(secret)
+    store = FsspecStore(str(tmp_path))
+    run, parent = "slurm://torchx/7", "s3://ci:hunter2@data/raw.csv"
+    store.add_source(run, parent, "data")
+    store.add_artifact(run, "model", "https://bob:hunter2@models.example/m.pt")
+    store.add_artifact(run, "token", f"/out/{secret}/m.pt")
+    seed = Seed(run, links={"mlflow": "https://bob:hunter2@mlflow.example/#/runs/1"})
+    view = masked_view(LineageView(build_graph([(store, [seed])], depth=2), warnings=[f"oops {secret}"]))
+    answer = json.dumps(view.graph.to_dict())
+    page = render_page(
+        view.graph, dag_id="d", run_id="r", static_url="/s", json_url="/j", warnings=view.warnings
+    )
+    for shown in (answer, page):
+        assert "hunter2" not in shown and "bob" not in shown
+        assert secret not in shown and html.escape(secret) not in shown and "x&gt;" not in shown
+    assert "https://models.example/m.pt" in answer and "s3://data/raw.csv" in answer
+    assert 'href="https://mlflow.example/#/runs/1"' in page
 
 
 class UnreachableStore:
@@ -310,3 +499,48 @@ def test_a_broken_tracker_or_connection_is_a_warning_not_a_failed_view(tmp_path)
     assert [g.conn_ids for g in groups] == [("view_fs",)]
     (warning,) = warnings
     assert "'no_such_torchx_conn'" in warning and "not shown" in warning
+
+
+def _counting_listings(store) -> list[str]:
+    """Every directory the store lists from now on (the store's one listing primitive)."""
+    listed: list[str] = []
+    names = store.files.names
+
+    def counted(directory: str) -> list[str]:
+        listed.append(directory)
+        return names(directory)
+
+    store.files.names = counted
+    return listed
+
+
+def test_a_view_lists_the_store_root_once_and_draws_at_most_max_runs(tmp_path):
+    from torchx_airflow_tracker.fsspec_store import FsspecStore
+
+    from torchx_airflow.plugins.graph import Seed, build_graph
+    from torchx_airflow.plugins.render import render_page
+
+    store = FsspecStore(str(tmp_path))
+    seed = "slurm://torchx/0"
+    for i in range(1, 41):  # 40 children of the seed, each with one child of its own
+        store.add_source(f"slurm://torchx/{i}", seed, "model")
+        store.add_source(f"slurm://torchx/{i}-eval", f"slurm://torchx/{i}")
+    for i in range(200):  # unrelated runs: the store's size must not matter
+        store.add_metadata(f"slurm://torchx/other-{i}", lr=0.1)
+    store.ensure_indexed()
+    listed = _counting_listings(store)
+    graph = build_graph([(store, [Seed(seed)])], depth=2, max_runs=25)
+    assert listed.count(store.root) == 1  # today: one per run walked
+    # the seed and 24 children drawn; 16 children and the 24 drawn children's own children left out
+    # (the left-out children are not read, so their children are not counted)
+    assert len(graph.runs) == 25 and graph.runs_not_shown == 40
+    assert {run.distance for run in graph.runs.values()} == {0, 1}  # the nearest first
+    answer = graph.to_dict()
+    assert answer["runs_not_shown"] == 40 and answer["max_runs"] == 25
+    assert "At least 40 more runs within depth 2 not drawn" in answer["cut"]
+    drawn = {run["id"] for run in answer["runs"]}
+    assert all(e["source"] in drawn and e["target"] in drawn for e in answer["edges"])
+    page = render_page(graph, dag_id="d", run_id="r", static_url="/s", json_url="/j")
+    assert "At least 40 more runs within depth 2 not drawn" in page and "40 not drawn (at most 25)" in page
+    whole = build_graph([(store, [Seed(seed)])], depth=2)
+    assert len(whole.runs) == 81 and whole.runs_not_shown == 0 and whole.to_dict()["cut"] is None

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 XCOM_RESULT = "return_value"
 XCOM_KEYS = (XCOM_RUN_ID, XCOM_RESULT, XCOM_UI_URL, XCOM_TRACKER_URL)
 DEFAULT_TORCHX_CONN_ID = "torchx_default"
+AIRFLOW_RUN_PREFIX = "airflow://"  # torchx_airflow.lineage.airflow_run_id: airflow://dag/run/task
 
 
 class DagRunNotFound(LookupError):
@@ -182,19 +183,31 @@ def open_first_store(conn_ids: Sequence[str]) -> TrackerBase:
     return trackers_for(conn_ids[:1]).stores[0]
 
 
-def enrich_other_runs(session: Session, graph: LineageGraph, readable_dag_ids: set[str]) -> None:
-    """Task state and links for runs of other DAG runs; hide the Airflow side of unreadable DAGs.
-
-    A run whose DAG the user may not read keeps only what the tracker says about the run itself
-    (its id and the edges): no DAG, task or artifact paths.
-    """
-    others = [run for run in graph.runs.values() if not run.in_dag_run and run.task is not None]
-    for run in others:
-        if run.task is not None and run.task.dag_id not in readable_dag_ids:
-            run.task, run.artifacts = None, []
-    by_dag: dict[str, list[tuple[RunNode, AirflowTask]]] = {}
-    for run in others:
+def other_dag_ids(graph: LineageGraph) -> dict[str, str]:
+    """The DAG of each run from another DAG run: as its metadata records, or as its ``airflow://``
+    run id names it (a tracked Python task whose metadata is not readable)."""
+    dags: dict[str, str] = {}
+    for run in graph.runs.values():
+        if run.in_dag_run:
+            continue
         if run.task is not None:
+            dags[run.run_id] = run.task.dag_id
+        elif run.run_id.startswith(AIRFLOW_RUN_PREFIX):
+            dags[run.run_id] = run.run_id.removeprefix(AIRFLOW_RUN_PREFIX).split("/", 1)[0]
+    return dags
+
+
+def enrich_other_runs(session: Session, graph: LineageGraph, readable_dag_ids: set[str]) -> None:
+    """Task state and links for runs of other DAG runs; hide the runs of DAGs the user may not read.
+
+    A run whose DAG the user may not read becomes an opaque node (``LineageGraph.hide_runs``): its
+    id, DAG, run, task and artifacts would tell what the user may not see.
+    """
+    dags = other_dag_ids(graph)
+    graph.hide_runs({run_id for run_id, dag_id in dags.items() if dag_id not in readable_dag_ids})
+    by_dag: dict[str, list[tuple[RunNode, AirflowTask]]] = {}
+    for run in graph.runs.values():
+        if not run.in_dag_run and run.task is not None:
             by_dag.setdefault(run.task.dag_id, []).append((run, run.task))
     for dag_id, runs in by_dag.items():
         _enrich_dag(session, dag_id, runs)

@@ -4,16 +4,24 @@
     GET {URL_PREFIX}/api/lineage/{dag_id}/{run_id}?depth=3[&task_id=...]            the same graph, JSON
     GET {URL_PREFIX}/static/lineage.css|lineage.js|lineage.svg                        its assets
 
-Both views follow Airflow's auth: the caller must be allowed to read the DAG's runs
-(``requires_access_dag("GET", DagAccessEntity.RUN)``, the check of Airflow's own DAG run
-endpoints), with the UI's session cookie or a bearer token. Runs of other DAGs that the caller may
-not read appear without their DAG, task or artifacts.
+Both views follow Airflow's auth, with the UI's session cookie or a bearer token: the caller must
+be allowed to read the DAG's runs, task instances and XComs (the view shows task states and values
+taken from XComs), the checks of Airflow's own endpoints for each (``requires_access_dag("GET",
+DagAccessEntity.RUN | TASK_INSTANCE | XCOM)``). A run of another DAG is shown only to a caller who
+passes the same checks on that DAG; to others it is an opaque "run in a DAG you cannot see".
+
+The cost of a view is bounded: one store walk draws at most ``MAX_RUNS`` runs (and says how many it
+left out), and at most ``LIMITER.slots`` views are read at once; a request that finds no free slot
+within ``LIMITER.queue_seconds`` is answered 503 with ``Retry-After``.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote, urlencode
@@ -30,16 +38,53 @@ from torchx_airflow.plugins.airflow_runs import (
     DagRunNotFound,
     enrich_other_runs,
     open_first_store,
+    other_dag_ids,
     tracked_tasks,
     tracker_groups,
 )
 from torchx_airflow.plugins.graph import DEFAULT_DEPTH, MAX_DEPTH, LineageGraph, build_graph
 from torchx_airflow.plugins.render import render_error, render_page
+from torchx_airflow.plugins.text import is_airflow_page, strip_userinfo
 
 log = logging.getLogger(__name__)
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 DepthQuery = Annotated[int, Query(ge=1, le=MAX_DEPTH, description="hops to follow from the DAG run's runs")]
-CanReadRuns = [Depends(requires_access_dag("GET", DagAccessEntity.RUN))]
+# what the view shows of a DAG: its runs, their task instances' states, values from their XComs
+LINEAGE_ENTITIES = (DagAccessEntity.RUN, DagAccessEntity.TASK_INSTANCE, DagAccessEntity.XCOM)
+CanReadLineage = [Depends(requires_access_dag("GET", entity)) for entity in LINEAGE_ENTITIES]
+MAX_CONCURRENT_VIEWS = 4
+QUEUE_SECONDS = 10.0
+
+
+class ViewLimiter:
+    """At most ``slots`` lineage views read at once; a request waits ``queue_seconds`` for a slot.
+
+    A view reads tracker stores (object stores, MLflow servers) for up to ``MAX_RUNS`` runs: without
+    a bound, any reader of a DAG run could occupy the API server's thread pool and the stores.
+    """
+
+    def __init__(self, slots: int, queue_seconds: float) -> None:
+        self.slots = slots
+        self.queue_seconds = queue_seconds
+        self._free = threading.BoundedSemaphore(slots)
+
+    @contextmanager
+    def slot(self) -> Iterator[None]:
+        """Hold a slot for the block; 503 (with ``Retry-After``) when none frees up in time."""
+        if not self._free.acquire(timeout=self.queue_seconds):
+            raise HTTPException(
+                503,
+                f"The lineage view is busy: {self.slots} views are being read already and none finished "
+                f"within {self.queue_seconds:g} s. Try again in a few seconds.",
+                headers={"Retry-After": "5"},
+            )
+        try:
+            yield
+        finally:
+            self._free.release()
+
+
+LIMITER = ViewLimiter(MAX_CONCURRENT_VIEWS, QUEUE_SECONDS)
 
 
 @dataclass
@@ -52,18 +97,52 @@ class LineageView:
     warnings: list[str] = field(default_factory=list)
 
 
-def _redact(value: Any) -> Any:
-    """Connection secrets registered with Airflow's masker (the trackers register theirs) never leave."""
+def masked(text: str) -> str:
+    """``text`` as the view may show it: without URL user info, and with every secret registered
+    with Airflow's masker (the trackers register their connections' secrets) replaced by ``***``.
+
+    Applied to raw text, before any HTML or JSON escaping: a secret holding ``& < > "`` would not
+    be found in its escaped form.
+    """
     from airflow.sdk.log import redact
 
-    return redact(value)
+    return str(redact(strip_userinfo(text)))
 
 
-def _readable_dag_ids(graph: LineageGraph, user: Any) -> set[str]:
+def masked_view(view: LineageView) -> LineageView:
+    """The view with every text it shows passed through ``masked``."""
+    return replace(
+        view,
+        graph=view.graph.map_text(masked),
+        trackers=[masked(t) for t in view.trackers],
+        selected=[masked(s) for s in view.selected],
+        warnings=[masked(w) for w in view.warnings],
+    )
+
+
+def readable_dag_ids(dag_ids: set[str], user: Any) -> set[str]:
+    """The DAGs whose runs, task instances and XComs ``user`` may read (each DAG with its team)."""
     from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+    from airflow.models.dag import DagModel
 
-    dag_ids = {run.task.dag_id for run in graph.runs.values() if run.task is not None}
-    return set(get_auth_manager().filter_authorized_dag_ids(dag_ids=dag_ids, user=user, method="GET"))
+    if not dag_ids:
+        return set()
+    teams = DagModel.get_dag_id_to_team_name_mapping(sorted(dag_ids))
+    manager = get_auth_manager()
+    return {
+        dag_id
+        for dag_id in dag_ids
+        if all(
+            manager.is_authorized_dag(
+                method="GET",
+                access_entity=entity,
+                details=DagDetails(id=dag_id, team_name=teams.get(dag_id)),
+                user=user,
+            )
+            for entity in LINEAGE_ENTITIES
+        )
+    }
 
 
 def load_view(
@@ -84,7 +163,7 @@ def load_view(
             log.warning("Lineage view: tracker %s could not be opened: %s", group.conn_ids[0], e)
             warnings.append(f"Tracker {group.conn_ids[0]!r} could not be read: {type(e).__name__}: {e}")
     graph = build_graph(groups, depth)
-    enrich_other_runs(session, graph, _readable_dag_ids(graph, user))
+    enrich_other_runs(session, graph, readable_dag_ids(set(other_dag_ids(graph).values()), user))
     selected = [
         task.seed.run_id
         for task in tasks
@@ -100,7 +179,7 @@ def _airflow_base(request: Request) -> str:
 
 def _prefix_airflow_links(view: LineageView, base: str) -> None:
     for run in view.graph.runs.values():
-        if run.links.get("airflow", "").startswith("/"):
+        if is_airflow_page(run.links.get("airflow", "")):
             run.links["airflow"] = base + run.links["airflow"]
 
 
@@ -122,7 +201,7 @@ def create_app() -> FastAPI:
             return HTMLResponse(page, status_code=error.status_code, headers=error.headers)
         return JSONResponse({"detail": error.detail}, status_code=error.status_code, headers=error.headers)
 
-    @app.get("/api/lineage/{dag_id}/{run_id}", dependencies=CanReadRuns)
+    @app.get("/api/lineage/{dag_id}/{run_id}", dependencies=CanReadLineage)
     def lineage_json(
         dag_id: str,
         run_id: str,
@@ -134,19 +213,20 @@ def create_app() -> FastAPI:
         map_index: int = -1,
     ) -> dict[str, Any]:
         """The DAG run's lineage graph: runs, artifacts, edges, and the tracker connections read."""
-        view = load_view(session, user, dag_id, run_id, depth, task_id, map_index)
+        with LIMITER.slot():
+            view = load_view(session, user, dag_id, run_id, depth, task_id, map_index)
         _prefix_airflow_links(view, _airflow_base(request))
-        payload = {
-            "dag_id": dag_id,
-            "run_id": run_id,
+        view = masked_view(view)
+        return {
+            "dag_id": masked(dag_id),
+            "run_id": masked(run_id),
             **view.graph.to_dict(),
             "trackers": view.trackers,
             "selected": view.selected,
             "warnings": view.warnings,
         }
-        return _redact(payload)
 
-    @app.get("/lineage/{dag_id}/{run_id}", response_class=HTMLResponse, dependencies=CanReadRuns)
+    @app.get("/lineage/{dag_id}/{run_id}", response_class=HTMLResponse, dependencies=CanReadLineage)
     def lineage_page(
         dag_id: str,
         run_id: str,
@@ -158,15 +238,17 @@ def create_app() -> FastAPI:
         map_index: int = -1,
     ) -> HTMLResponse:
         """The DAG run's lineage graph drawn as SVG, for the DAG run and task instance tabs."""
-        view = load_view(session, user, dag_id, run_id, depth, task_id, map_index)
+        with LIMITER.slot():
+            view = load_view(session, user, dag_id, run_id, depth, task_id, map_index)
         _prefix_airflow_links(view, _airflow_base(request))
+        view = masked_view(view)
         root = str(request.scope.get("root_path", ""))
         keep = {"task_id": task_id, "map_index": str(map_index)} if task_id else {}
         query = urlencode({"depth": depth, **keep})
         page = render_page(
             view.graph,
-            dag_id=dag_id,
-            run_id=run_id,
+            dag_id=masked(dag_id),
+            run_id=masked(run_id),
             static_url=f"{root}/static",
             json_url=f"{root}/api/lineage/{quote(dag_id, safe='')}/{quote(run_id, safe='')}?{query}",
             selected=view.selected,
@@ -174,6 +256,6 @@ def create_app() -> FastAPI:
             keep=keep,
             warnings=view.warnings,
         )
-        return HTMLResponse(_redact(page))
+        return HTMLResponse(page)
 
     return app

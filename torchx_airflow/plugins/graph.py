@@ -17,10 +17,11 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from torchx_airflow.plugins.walk import Walk, parallel_map
 
 if TYPE_CHECKING:
     from torchx.tracker.api import TrackerBase
@@ -29,9 +30,12 @@ log = logging.getLogger(__name__)
 
 DEFAULT_DEPTH = 3
 MAX_DEPTH = 50
-# Store reads are I/O (object stores, an MLflow server): a small pool overlaps them.
-READ_WORKERS = 8
+# Runs drawn at most, the nearest to the DAG run first: each costs a few store reads (its edges, its
+# metadata, its artifacts), so this bounds what one view can make the API server read.
+MAX_RUNS = 250
 AIRFLOW_SCHEME = "airflow"
+HIDDEN_LABEL = "run in a DAG you cannot see"
+HIDDEN_PREFIX = "hidden:"
 _HANDLE = re.compile(r"^(?P<scheduler>[A-Za-z0-9_\-]+)://(?P<session>[^/]*)/(?P<app_id>.+)$")
 # The Airflow identity the operator records on every run (torchx_airflow.lineage.airflow_metadata).
 _AIRFLOW_KEYS = {
@@ -105,10 +109,11 @@ class RunNode:
     app_state: str | None = None
     links: dict[str, str] = field(default_factory=dict)
     artifacts: list[Artifact] = field(default_factory=list)
+    hidden: bool = False  # a run of a DAG the user may not read: its id is opaque, nothing else shown
 
     @property
     def scheduler(self) -> str | None:
-        match = _HANDLE.match(self.run_id)
+        match = None if self.hidden else _HANDLE.match(self.run_id)
         return match.group("scheduler") if match else None
 
     @property
@@ -118,6 +123,8 @@ class RunNode:
 
     @property
     def app_name(self) -> str:
+        if self.hidden:
+            return HIDDEN_LABEL
         match = _HANDLE.match(self.run_id)
         return match.group("app_id").rsplit("/", 1)[-1] if match else self.run_id
 
@@ -144,7 +151,24 @@ class RunNode:
             "airflow": self.task.to_dict() if self.task else None,
             "links": dict(self.links),
             "artifacts": [a.node_id for a in self.artifacts],
+            "hidden": self.hidden,
         }
+
+    def map_text(self, fn: Callable[[str], str]) -> RunNode:
+        """A copy with ``fn`` applied to every text it shows (ids, task, links, artifacts)."""
+        task = self.task
+        if task is not None:
+            task = AirflowTask(fn(task.dag_id), fn(task.run_id), fn(task.task_id), task.map_index, task.state)
+        return RunNode(
+            fn(self.run_id),
+            self.distance,
+            self.in_dag_run,
+            task,
+            self.app_state,
+            {key: fn(url) for key, url in self.links.items()},
+            [Artifact(fn(a.run_id), fn(a.name), fn(a.path)) for a in self.artifacts],
+            self.hidden,
+        )
 
 
 @dataclass(frozen=True)
@@ -169,6 +193,20 @@ class LineageGraph:
     depth: int
     truncated: bool = False  # True when the walk stopped at ``depth`` with more runs beyond it
     warnings: list[str] = field(default_factory=list)  # stores that failed while being read
+    max_runs: int = MAX_RUNS
+    runs_not_shown: int = 0  # runs found but not drawn (over ``max_runs``); their neighbours not read
+
+    @property
+    def cut(self) -> str | None:
+        """What the view left out and why, or None when it drew every run it found."""
+        if not self.runs_not_shown:
+            return None
+        more = f"{self.runs_not_shown} more run{'s' * (self.runs_not_shown != 1)}"
+        return (
+            f"At least {more} within depth {self.depth} not drawn (nor read further): the view draws at "
+            f"most {self.max_runs} runs, the nearest to this DAG run first. Lower the depth to see a "
+            "smaller part whole."
+        )
 
     @property
     def artifacts(self) -> list[Artifact]:
@@ -179,69 +217,50 @@ class LineageGraph:
         return {
             "depth": self.depth,
             "truncated": self.truncated,
+            "max_runs": self.max_runs,
+            "runs_not_shown": self.runs_not_shown,
+            "cut": self.cut,
             "runs": [run.to_dict() for run in self.runs.values()],
             "artifacts": [a.to_dict() for a in self.artifacts],
             "edges": [e.to_dict() for e in self.edges],
         }
 
+    def map_text(self, fn: Callable[[str], str]) -> LineageGraph:
+        """A copy with ``fn`` applied to every text the graph shows, run ids and edges alike.
 
-def _parallel_map(fn: Callable[[str], Any], items: Sequence[str]) -> list[Any]:
-    if len(items) < 2:
-        return [fn(item) for item in items]
-    with ThreadPoolExecutor(max_workers=min(READ_WORKERS, len(items))) as pool:
-        return list(pool.map(fn, items))
+        The view passes the masking of secrets and of URL user info, once, before any escaping.
+        """
+        runs = {fn(run_id): run.map_text(fn) for run_id, run in self.runs.items()}
+        edges = [Edge(fn(e.source), fn(e.target), tuple(map(fn, e.artifact_names))) for e in self.edges]
+        warnings = [fn(w) for w in self.warnings]
+        return LineageGraph(
+            runs, edges, self.depth, self.truncated, warnings, self.max_runs, self.runs_not_shown
+        )
 
+    def hide_runs(self, run_ids: Collection[str]) -> None:
+        """Show ``run_ids`` only as opaque runs: no id, DAG, task, state, link or artifact.
 
-def _grouped(sources: Iterable[Any]) -> dict[str, tuple[str, ...]]:
-    """TrackerSources (one per run and artifact name) as {run id: artifact names}."""
-    names: dict[str, set[str]] = {}
-    for source in sources:
-        names.setdefault(source.source_run_id, set())
-        if source.artifact_name:
-            names[source.source_run_id].add(source.artifact_name)
-    return {run_id: tuple(sorted(found)) for run_id, found in names.items()}
-
-
-class _Walk:
-    """One store's breadth-first walk from the seeds, each way, ``depth`` hops at most."""
-
-    def __init__(self, store: TrackerBase, depth: int) -> None:
-        self.store = store
-        self.depth = depth
-        self.distance: dict[str, int] = {}
-        self.edges: dict[tuple[str, str], set[str]] = {}
-        self.truncated = False
-
-    def run(self, seeds: Iterable[str]) -> None:
-        start = list(dict.fromkeys(seeds))
-        for run_id in start:
-            self.distance[run_id] = 0
-        self._walk(start, up=True)
-        self._walk(start, up=False)
-
-    def _neighbours(self, run_id: str, up: bool) -> dict[str, tuple[str, ...]]:
-        if up:
-            return _grouped(self.store.sources(run_id))
-        return _grouped(self.store.descendants(run_id))  # type: ignore[attr-defined]
-
-    def _walk(self, start: list[str], up: bool) -> None:
-        frontier, seen, hops = start, set(start), 0
-        while frontier:
-            found = _parallel_map(lambda r: self._neighbours(r, up), frontier)
-            if hops == self.depth:  # the runs beyond are not shown, but say that there are some
-                self.truncated = self.truncated or any(set(n) - seen for n in found)
-                return
-            hops += 1
-            following: list[str] = []
-            for run_id, neighbours in zip(frontier, found, strict=True):
-                for other, names in neighbours.items():
-                    key = (other, run_id) if up else (run_id, other)
-                    self.edges.setdefault(key, set()).update(names)
-                    if other not in seen:
-                        seen.add(other)
-                        following.append(other)
-                        self.distance.setdefault(other, -hops if up else hops)
-            frontier = following
+        They keep their place in the graph (their edges, without artifact names) so that the user
+        sees that the lineage goes on through a run they may not read.
+        """
+        opaque = {
+            run_id: f"{HIDDEN_PREFIX}{n}"
+            for n, run_id in enumerate((r for r in self.runs if r in run_ids), start=1)
+        }
+        if not opaque:
+            return
+        runs: dict[str, RunNode] = {}
+        for run_id, run in self.runs.items():
+            if run_id in opaque:
+                run = RunNode(opaque[run_id], run.distance, run.in_dag_run, hidden=True)
+            runs[run.run_id] = run
+        self.runs = runs
+        edges = []
+        for e in self.edges:
+            touches_hidden = e.source in opaque or e.target in opaque
+            names = () if touches_hidden else e.artifact_names  # what a hidden run made or used
+            edges.append(Edge(opaque.get(e.source, e.source), opaque.get(e.target, e.target), names))
+        self.edges = edges
 
 
 def _airflow_task(metadata: Mapping[str, object]) -> AirflowTask | None:
@@ -264,50 +283,55 @@ def _details(store: TrackerBase, run_id: str) -> tuple[AirflowTask | None, list[
     return task, artifacts
 
 
-def build_graph(stores_and_seeds: Sequence[tuple[TrackerBase, Sequence[Seed]]], depth: int) -> LineageGraph:
+def build_graph(
+    stores_and_seeds: Sequence[tuple[TrackerBase, Sequence[Seed]]], depth: int, max_runs: int = MAX_RUNS
+) -> LineageGraph:
     """The lineage graph around the seeds, read from each store (a task's first tracker store).
 
     :param stores_and_seeds: for each store, the seeds whose tasks track to it.
     :param depth: hops to follow each way from the seeds (1..``MAX_DEPTH``).
+    :param max_runs: runs drawn at most, the nearest first; the graph counts the ones left out.
     """
     if not 1 <= depth <= MAX_DEPTH:
         raise ValueError(f"depth must be between 1 and {MAX_DEPTH}, got {depth!r}")
-    runs: dict[str, RunNode] = {}
+    if max_runs < 1:
+        raise ValueError(f"max_runs must be at least 1, got {max_runs!r}")
+    graph = LineageGraph(runs={}, edges=[], depth=depth, max_runs=max_runs)
     edges: dict[tuple[str, str], set[str]] = {}
-    truncated = False
-    warnings: list[str] = []
+    cut: set[str] = set()
     for store, seeds in stores_and_seeds:
         try:
-            walk, details = _read_store(store, seeds, depth, known=runs)
+            walk, details = _read_store(store, seeds, depth, graph.runs, max_runs - len(graph.runs))
         except Exception as e:  # a store that fails mid-walk must not hide the other stores' lineage
             log.warning("Lineage view: reading %r failed: %s: %s", store, type(e).__name__, e)
-            warnings.append(f"Tracker store {store!r} could not be read: {type(e).__name__}: {e}")
+            graph.warnings.append(f"Tracker store {store!r} could not be read: {type(e).__name__}: {e}")
             continue
-        truncated = truncated or walk.truncated
+        graph.truncated = graph.truncated or walk.truncated
+        cut |= walk.cut
         for key, names in walk.edges.items():
             edges.setdefault(key, set()).update(names)
         for run_id, (task, artifacts) in details.items():
-            runs[run_id] = RunNode(run_id, walk.distance[run_id], task=task, artifacts=artifacts)
+            graph.runs[run_id] = RunNode(run_id, walk.distance[run_id], task=task, artifacts=artifacts)
         for seed in seeds:
-            node = runs[seed.run_id]
-            node.in_dag_run, node.distance = True, 0
-            node.task = seed.task or node.task
-            node.app_state = seed.app_state
-            node.links.update(seed.links)
-    return LineageGraph(
-        runs=runs,
-        edges=[Edge(s, t, tuple(sorted(names))) for (s, t), names in sorted(edges.items())],
-        depth=depth,
-        truncated=truncated,
-        warnings=warnings,
-    )
+            if seed.run_id in graph.runs:
+                _mark_seed(graph.runs[seed.run_id], seed)
+    graph.runs_not_shown = len(cut - set(graph.runs))
+    graph.edges = [Edge(s, t, tuple(sorted(names))) for (s, t), names in sorted(edges.items())]
+    return graph
+
+
+def _mark_seed(node: RunNode, seed: Seed) -> None:
+    node.in_dag_run, node.distance = True, 0
+    node.task = seed.task or node.task
+    node.app_state = seed.app_state
+    node.links.update(seed.links)
 
 
 def _read_store(
-    store: TrackerBase, seeds: Sequence[Seed], depth: int, known: Mapping[str, RunNode]
-) -> tuple[_Walk, dict[str, tuple[AirflowTask | None, list[Artifact]]]]:
+    store: TrackerBase, seeds: Sequence[Seed], depth: int, known: Mapping[str, RunNode], budget: int
+) -> tuple[Walk, dict[str, tuple[AirflowTask | None, list[Artifact]]]]:
     """One store's walk from its seeds, and the details of the runs not already known."""
-    walk = _Walk(store, depth)
+    walk = Walk(store, depth, budget=max(0, budget))
     walk.run(seed.run_id for seed in seeds)
     new = [run_id for run_id in walk.distance if run_id not in known]
-    return walk, dict(zip(new, _parallel_map(functools.partial(_details, store), new), strict=True))
+    return walk, dict(zip(new, parallel_map(functools.partial(_details, store), new), strict=True))

@@ -2,7 +2,9 @@
 
 Runs are laid out in layers (a run sits one column right of its latest source), ordered inside a
 column by the barycenter of their neighbours to keep edges from crossing; a run's artifacts hang
-under its card. Every text is escaped; every link to another site opens in a new tab.
+under its card. Every text is escaped; every link to another site opens in a new tab. The caller
+hands in texts already masked (secrets, URL user info): masking after escaping would miss a secret
+holding ``& < > "``.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ import html
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from torchx_airflow.plugins.graph import Edge, LineageGraph, RunNode
+from torchx_airflow.plugins.graph import HIDDEN_LABEL, Edge, LineageGraph, RunNode
+from torchx_airflow.plugins.text import link_target, strip_userinfo
 
 CARD_W, CARD_H = 290, 96
 ART_H, ART_GAP, ART_INDENT = 40, 8, 26
@@ -135,10 +138,10 @@ def _links(links: dict[str, str], x: float, y: float) -> str:
     the like cannot be opened from a page)."""
     parts = []
     for key, name in LINK_NAMES.items():
-        url = links.get(key, "")
-        if not url.startswith(("http://", "https://", "/")):
+        url = strip_userinfo(links.get(key, ""))
+        target = link_target(url)
+        if target is None:
             continue
-        target = "_top" if url.startswith("/") else "_blank"  # Airflow's pages replace the UI, not the tab
         parts.append(
             f'<a href="{_esc(url)}" target="{target}" rel="noopener noreferrer" class="lnk">'
             f'<text x="{x:.0f}" y="{y:.0f}">{_esc(name)} ↗</text></a>'
@@ -153,11 +156,15 @@ def _card(p: Placed, selected: bool) -> str:
     classes = ["run", STATE_CLASS.get(state, "st-none")]
     classes += ["seed"] if node.in_dag_run else ["other"]
     classes += ["selected"] if selected else []
-    if node.in_dag_run or node.task is None:
+    classes += ["hidden"] if node.hidden else []
+    if node.hidden:
+        where = HIDDEN_LABEL
+    elif node.in_dag_run or node.task is None:
         where = f"{node.scheduler or 'tracked run'} · {node.app_name}" if node.handle else "Python task"
     else:
         where = f"{node.task.dag_id} · {node.task.run_id}"
-    handle = node.handle or node.run_id
+    handle = "" if node.hidden else node.handle or node.run_id
+    label = "Hidden run" if node.hidden else node.label
     pill_w = 7.6 * len(state) + 16
     parts = [
         f'<g class="{" ".join(classes)}" data-run="{_esc(node.run_id)}" '
@@ -165,7 +172,7 @@ def _card(p: Placed, selected: bool) -> str:
         f"<title>{_esc(node.run_id)}</title>",
         f'<rect class="card" width="{CARD_W}" height="{CARD_H}" rx="10"/>',
         f'<rect class="bar" width="6" height="{CARD_H}" rx="3"/>',
-        f'<text class="label" x="18" y="24">{_esc(_fit(node.label, 26))}</text>',
+        f'<text class="label" x="18" y="24">{_esc(_fit(label, 26))}</text>',
         f'<rect class="pill" x="{CARD_W - pill_w - 10}" y="9" width="{pill_w}" height="20" rx="10"/>',
         f'<text class="pilltext" x="{CARD_W - pill_w / 2 - 10}" y="23">{_esc(state)}</text>',
         f'<text class="where" x="18" y="45">{_esc(_fit_middle(where, 36))}</text>',
@@ -242,8 +249,13 @@ def _stats(graph: LineageGraph) -> str:
         _count(len(graph.artifacts), "artifact"),
         _count(len(graph.edges), "edge"),
     ]
+    hidden = sum(run.hidden for run in runs)
+    if hidden:
+        parts.append(f"{hidden} in DAGs you cannot see")
     if graph.truncated:
         parts.append("more beyond this depth")
+    if graph.runs_not_shown:
+        parts.append(f"{graph.runs_not_shown} not drawn (at most {graph.max_runs})")
     return " · ".join(parts)
 
 
@@ -298,6 +310,7 @@ def render_page(
     <span class="key other-key">earlier DAG run or other DAG</span>
     <span class="key art-key">artifact</span></div>
 </header>
+{f'<div class="warning cut">{_esc(graph.cut)}</div>' if graph.cut else ""}
 {"".join(f'<div class="warning">{_esc(w)}</div>' for w in warnings)}
 {body}
 <script src="{_esc(static_url)}/lineage.js"></script>
