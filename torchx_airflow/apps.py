@@ -45,6 +45,12 @@ class AppHandle(NamedTuple):
     app_id: str
 
     @classmethod
+    def match(cls, value: object) -> AppHandle | None:
+        """The parts of ``value`` if it is an app handle (or an ``airflow://`` run id), else None."""
+        found = _APP_HANDLE_RE.match(value.strip()) if isinstance(value, str) else None
+        return cls(found["scheduler"], found["session"], found["app_id"]) if found else None
+
+    @classmethod
     def parse(cls, app_handle: object) -> AppHandle:
         """Split ``app_handle``; raise ``TorchXAppHandleError`` if it is not of that form."""
         match = _APP_HANDLE_RE.match(app_handle.strip()) if isinstance(app_handle, str) else None

@@ -51,7 +51,9 @@ def _our_view(store: FsspecStore, parents: list[str], runs: list[str]) -> dict:
         "run_ids": sorted(store.run_ids()),
         "children": {p: sorted(store.run_ids(parent_run_id=p)) for p in parents},
         "metadata": {r: dict(store.metadata(r)) for r in runs},
-        "sources": {r: sorted([s.source_run_id, s.artifact_name or ""] for s in store.sources(r)) for r in runs},
+        "sources": {
+            r: sorted([s.source_run_id, s.artifact_name or ""] for s in store.sources(r)) for r in runs
+        },
     }
 
 
@@ -85,7 +87,9 @@ def test_we_read_a_store_torchx_wrote(tmp_path, torchx_path):
     ours = FsspecStore(str(root))
     parents, runs = [PARENT, DATASET, CHILD], [PARENT, CHILD]
     theirs = torchx_reads(root, parents, runs, torchx_path)
-    assert _our_view(ours, parents, runs) == {k: theirs[k] for k in ("run_ids", "children", "metadata", "sources")}
+    assert _our_view(ours, parents, runs) == {
+        k: theirs[k] for k in ("run_ids", "children", "metadata", "sources")
+    }
     assert ours.artifacts(CHILD)["model"].metadata == {"sha": "x"}
     assert ours.descendants(PARENT) == [TrackerSource(CHILD, "data")]
     assert ours.lineage(PARENT).descendant_ids == [CHILD]
@@ -187,7 +191,9 @@ def test_a_nested_config_file_key_and_a_missing_one(tmp_path):
     config = tmp_path / "s3.cfg"
     config.write_text("protocol=memory\nroot_path=/cfg-test\n")
     assert create(str(config)).url == "memory:///cfg-test"
-    config.write_text("protocol=s3\nroot_path=bucket/x\nclient_kwargs.endpoint_url=http://127.0.0.1:1\nanon=true\n")
+    config.write_text(
+        "protocol=s3\nroot_path=bucket/x\nclient_kwargs.endpoint_url=http://127.0.0.1:1\nanon=true\n"
+    )
     from torchx_airflow_tracker.config import read_torchx_fsspec_config
 
     assert read_torchx_fsspec_config(str(config)) == (

@@ -123,7 +123,9 @@ def test_keys_mlflow_path_rules_refuse_and_ints_past_float_range(tmp_path):
     store.add_artifact(run_id, "checkpoints/", "/ckpt")
     assert store.metadata(run_id) == odd
     assert set(store.artifacts(run_id)) == {"checkpoints/"}
-    metrics = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").get_run(store.mlflow_run_id(run_id)).data.metrics
+    metrics = (
+        MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").get_run(store.mlflow_run_id(run_id)).data.metrics
+    )
     assert sorted(metrics.values()) == [1.0, 2.0, 3.0, 4.0]  # the huge int stays a tag only
 
 

@@ -46,8 +46,8 @@ def nightly_version() -> str:
 def fetch_torchx_main(workdir: Path) -> Path:
     """The pinned torchx-nightly wheel unpacked in ``workdir``: a directory to put on PYTHONPATH."""
     spec = f"torchx-nightly=={nightly_version()}"
-    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", spec, "-d", str(workdir)],
-                   check=True, capture_output=True)  # fmt: skip
+    command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", spec, "-d", str(workdir)]
+    subprocess.run(command, check=True, capture_output=True)
     (wheel,) = workdir.glob("torchx_nightly-*.whl")
     target = workdir / "site"
     with zipfile.ZipFile(wheel) as archive:
@@ -59,7 +59,9 @@ def _python(code: str, args: list[str], torchx_path: Path | None) -> str:
     env = dict(os.environ)
     if torchx_path is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(torchx_path), env.get("PYTHONPATH")]))
-    out = subprocess.run([sys.executable, "-c", code, *args], env=env, check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args], env=env, check=True, capture_output=True, text=True
+    )
     return out.stdout
 
 

@@ -17,7 +17,9 @@ from urllib.parse import quote
 
 from sqlalchemy import select
 
+from torchx_airflow.apps import AIRFLOW_RUN_SCHEME
 from torchx_airflow.dag_lineage import XCOM_RUN_ID
+from torchx_airflow.hooks.torchx import TorchXHook
 from torchx_airflow.links.torchx import XCOM_TRACKER_URL, XCOM_UI_URL
 from torchx_airflow.plugins.graph import AirflowTask, LineageGraph, RunNode, Seed
 
@@ -29,8 +31,8 @@ log = logging.getLogger(__name__)
 
 XCOM_RESULT = "return_value"
 XCOM_KEYS = (XCOM_RUN_ID, XCOM_RESULT, XCOM_UI_URL, XCOM_TRACKER_URL)
-DEFAULT_TORCHX_CONN_ID = "torchx_default"
-AIRFLOW_RUN_PREFIX = "airflow://"  # torchx_airflow.lineage.airflow_run_id: airflow://dag/run/task
+DEFAULT_TORCHX_CONN_ID = TorchXHook.default_conn_name
+AIRFLOW_RUN_PREFIX = f"{AIRFLOW_RUN_SCHEME}://"  # apps.airflow_run_id: airflow://dag/run/task
 
 
 class DagRunNotFound(LookupError):
@@ -152,7 +154,6 @@ def tracker_groups(tasks: Sequence[TrackedTask]) -> tuple[list[TrackerGroup], li
     Returns the groups and, for a torchx connection that cannot be read, a warning naming it:
     its tasks' runs are left out rather than failing the whole view.
     """
-    from torchx_airflow.hooks.torchx import TorchXHook
 
     defaults: dict[str, tuple[str, ...]] = {}
     warnings: dict[str, str] = {}

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from torchx_airflow.apps import AIRFLOW_RUN_SCHEME, AppHandle
+from torchx_airflow.dag_lineage import AIRFLOW_IDENTITY_KEYS
 from torchx_airflow.plugins.walk import Walk, parallel_map
 
 if TYPE_CHECKING:
@@ -33,17 +34,8 @@ MAX_DEPTH = 50
 # Runs drawn at most, the nearest to the DAG run first: each costs a few store reads (its edges, its
 # metadata, its artifacts), so this bounds what one view can make the API server read.
 MAX_RUNS = 250
-AIRFLOW_SCHEME = "airflow"
 HIDDEN_LABEL = "run in a DAG you cannot see"
 HIDDEN_PREFIX = "hidden:"
-_HANDLE = re.compile(r"^(?P<scheduler>[A-Za-z0-9_\-]+)://(?P<session>[^/]*)/(?P<app_id>.+)$")
-# The Airflow identity the operator records on every run (torchx_airflow.lineage.airflow_metadata).
-_AIRFLOW_KEYS = {
-    "dag_id": "airflow_dag_id",
-    "run_id": "airflow_run_id",
-    "task_id": "airflow_task_id",
-    "map_index": "airflow_map_index",
-}
 
 
 @dataclass
@@ -113,20 +105,20 @@ class RunNode:
 
     @property
     def scheduler(self) -> str | None:
-        match = None if self.hidden else _HANDLE.match(self.run_id)
-        return match.group("scheduler") if match else None
+        handle = None if self.hidden else AppHandle.match(self.run_id)
+        return handle.scheduler if handle else None
 
     @property
     def handle(self) -> str | None:
         """The TorchX app handle, or None for a tracked Python task."""
-        return None if self.scheduler in (None, AIRFLOW_SCHEME) else self.run_id
+        return None if self.scheduler in (None, AIRFLOW_RUN_SCHEME) else self.run_id
 
     @property
     def app_name(self) -> str:
         if self.hidden:
             return HIDDEN_LABEL
-        match = _HANDLE.match(self.run_id)
-        return match.group("app_id").rsplit("/", 1)[-1] if match else self.run_id
+        handle = AppHandle.match(self.run_id)
+        return handle.app_id.rsplit("/", 1)[-1] if handle else self.run_id
 
     @property
     def state(self) -> str | None:
@@ -265,7 +257,7 @@ class LineageGraph:
 
 def _airflow_task(metadata: Mapping[str, object]) -> AirflowTask | None:
     """The Airflow identity a run's metadata records, when the run was launched by Airflow."""
-    values = {key: metadata.get(name) for key, name in _AIRFLOW_KEYS.items()}
+    values = {key: metadata.get(name) for key, name in AIRFLOW_IDENTITY_KEYS.items()}
     if not all(isinstance(values[key], str) and values[key] for key in ("dag_id", "run_id", "task_id")):
         return None
     map_index = values["map_index"]

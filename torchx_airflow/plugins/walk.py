@@ -6,17 +6,15 @@ same round, so the runs nearest to the DAG run are the ones drawn when the graph
 fixed number of store reads (its sources, its descendants, later its metadata and artifacts), so a
 view costs at most ``budget`` times that, whatever the size of the store.
 
-The fsspec store of this version answers ``descendants()`` after listing its whole root (to index
-runs TorchX's own tracker wrote); ``indexed_once`` makes that one listing per walk instead of one
-per run.
+A store that can give its whole edge graph from one listing (the fsspec store's ``graph()``) is
+listed once per walk (``graph_snapshot``); one that answers edge queries run by run (MLflow) is
+asked per admitted run. Either way the walk only reads.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -44,32 +42,16 @@ def _grouped(sources: Iterable[Any]) -> dict[str, tuple[str, ...]]:
     return {run_id: tuple(sorted(found)) for run_id, found in names.items()}
 
 
-@contextmanager
-def indexed_once(store: TrackerBase) -> Iterator[None]:
-    """For the length of a walk, the store's ``ensure_indexed()`` runs once, not once per query.
+def graph_snapshot(store: TrackerBase) -> Any:
+    """The store's whole edge graph from one listing (``FsspecStore.graph()``), or None for a store
+    that answers edge queries one run at a time (MLflow). Read once per walk, so a walk over N runs
+    costs one listing of the store, not N; runs written during the walk are not needed by it."""
+    graph = getattr(store, "graph", None)
+    return graph() if callable(graph) else None
 
-    The fsspec store calls its public ``ensure_indexed()`` (a listing of the whole root) before
-    every ``descendants()``; runs written during the walk are not needed by it. A store without
-    that method is left alone. The view opens its own store object per request, so no other caller
-    sees the change.
-    """
-    ensure = getattr(store, "ensure_indexed", None)
-    if not callable(ensure) or "ensure_indexed" in vars(store):
-        yield
-        return
-    lock, done = threading.Lock(), []
 
-    def once() -> int:
-        with lock:  # the walk's first reads run in parallel: they wait for the one listing
-            if not done:
-                done.append(ensure())
-        return 0
-
-    store.ensure_indexed = once  # type: ignore[attr-defined]
-    try:
-        yield
-    finally:
-        del store.ensure_indexed  # type: ignore[attr-defined]
+def _names(by_run: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+    return {run_id: tuple(sorted(n for n in names if n)) for run_id, names in by_run.items()}
 
 
 class Walk:
@@ -88,6 +70,7 @@ class Walk:
         self.edges: dict[tuple[str, str], set[str]] = {}
         self.cut: set[str] = set()
         self.truncated = False
+        self._graph: Any = None
 
     def run(self, seeds: Iterable[str]) -> None:
         """Walk from ``seeds`` (the first ``budget`` of them; the rest are cut)."""
@@ -96,16 +79,16 @@ class Walk:
         start = start[: self.budget]
         self.distance.update(dict.fromkeys(start, 0))
         up, down = list(start), list(start)
-        with indexed_once(self.store):
-            for hop in range(1, self.depth + 2):
-                if not up and not down:
-                    return
-                found_up, found_down = self._read(up, down)
-                if hop > self.depth:  # read only to say whether there are runs beyond the depth
-                    self.truncated = any(set(n) - set(self.distance) for n in (*found_up, *found_down))
-                    return
-                up = self._admit(up, found_up, -hop)
-                down = self._admit(down, found_down, hop)
+        self._graph = graph_snapshot(self.store)
+        for hop in range(1, self.depth + 2):
+            if not up and not down:
+                return
+            found_up, found_down = self._read(up, down)
+            if hop > self.depth:  # read only to say whether there are runs beyond the depth
+                self.truncated = any(set(n) - set(self.distance) for n in (*found_up, *found_down))
+                return
+            up = self._admit(up, found_up, -hop)
+            down = self._admit(down, found_down, hop)
 
     def _read(self, up: list[str], down: list[str]) -> tuple[list[dict], list[dict]]:
         """The neighbours of both frontiers, read in one parallel round."""
@@ -115,6 +98,8 @@ class Walk:
 
     def _neighbours(self, job: str) -> dict[str, tuple[str, ...]]:
         way, run_id = job[0], job[1:]
+        if self._graph is not None:
+            return _names(self._graph.parents_of(run_id) if way == "u" else self._graph.children_of(run_id))
         if way == "u":
             return _grouped(self.store.sources(run_id))
         return _grouped(self.store.descendants(run_id))  # type: ignore[attr-defined]

@@ -90,10 +90,14 @@ def _put_nested(config: dict[str, Any], key: str, value: str, config_file: str) 
         config[key] = value
         return
     if not rest or not head:
-        raise TrackerConfigError(f"Illegal key {key!r} in the tracker config file {config_file!r}: no empty part around a '.'.")
+        raise TrackerConfigError(
+            f"Illegal key {key!r} in the tracker config file {config_file!r}: no empty part around a '.'."
+        )
     nested = config.setdefault(head, {})
     if not isinstance(nested, dict):
-        raise TrackerConfigError(f"Key {key!r} in {config_file!r} nests under {head!r}, which has a value already.")
+        raise TrackerConfigError(
+            f"Key {key!r} in {config_file!r} nests under {head!r}, which has a value already."
+        )
     _put_nested(nested, rest, value, config_file)
 
 
@@ -114,8 +118,9 @@ def read_torchx_fsspec_config(config_file: str) -> tuple[str, dict[str, Any]]:
             lines = f.read().splitlines()
     except (FileNotFoundError, IsADirectoryError, ValueError) as e:
         raise TrackerConfigError(
-            f"The fsspec tracker config {config_file!r} is neither JSON nor a readable file ({e}). Give inline "
-            'JSON such as {"root": "/data/tracker"}, or the path of a TorchX config file with protocol= and root_path=.'
+            f"The fsspec tracker config {config_file!r} is neither JSON nor a readable file ({e}). Give "
+            'inline JSON such as {"root": "/data/tracker"}, or the path of a TorchX config file with '
+            "protocol= and root_path=."
         ) from e
     options: dict[str, Any] = {}
     for line in lines:
@@ -125,6 +130,9 @@ def read_torchx_fsspec_config(config_file: str) -> tuple[str, dict[str, Any]]:
         _put_nested(options, key.strip(), value.strip(), config_file)
     missing = [k for k in ("protocol", "root_path") if k not in options]
     if missing:
-        raise TrackerConfigError(f"Missing {missing} in the tracker config file {config_file!r}: add e.g. protocol=file and root_path=/data/tracker.")
+        raise TrackerConfigError(
+            f"Missing {missing} in the tracker config file {config_file!r}: add e.g. protocol=file and "
+            "root_path=/data/tracker."
+        )
     protocol, root = str(options.pop("protocol")), str(options.pop("root_path"))
     return (root if "://" in root else f"{protocol}://{root}"), options

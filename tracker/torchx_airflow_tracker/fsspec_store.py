@@ -190,7 +190,7 @@ class FsspecStore(EdgeQueries, TrackerBase):
         merged: dict[str, object] = {}
         for path, entry in self._read_json_entries(run_id, METADATA):
             if not isinstance(entry, dict) or not isinstance(entry.get("metadata"), dict):
-                log.warning("Skipping %s: not a metadata entry ({\"metadata\": {...}}): %.200s", path, entry)
+                log.warning('Skipping %s: not a metadata entry ({"metadata": {...}}): %.200s', path, entry)
                 continue
             merged.update(entry["metadata"])
         return merged
@@ -204,7 +204,7 @@ class FsspecStore(EdgeQueries, TrackerBase):
         found: dict[str, TrackerArtifact] = {}
         for path, entry in self._read_json_entries(run_id, ARTIFACTS):
             if not isinstance(entry, dict) or "name" not in entry or "path" not in entry:
-                log.warning("Skipping %s: not an artifact entry ({\"name\", \"path\"}): %.200s", path, entry)
+                log.warning('Skipping %s: not an artifact entry ({"name", "path"}): %.200s', path, entry)
                 continue
             metadata = entry.get("metadata")
             found[str(entry["name"])] = TrackerArtifact(
@@ -235,8 +235,8 @@ class FsspecStore(EdgeQueries, TrackerBase):
         if self.files.local:  # one O_APPEND write: concurrent writers keep every line
             self.files.append_line(path, artifact_name or "")
         else:  # names lost here in a race stay in edges/, which this store reads
-            self.files.write(path, "".join(f"{n or ''}\n" for n in artifact_names_key((*known, artifact_name))),
-                             posixpath.join(run_dir, STAGING))  # fmt: skip
+            names = artifact_names_key((*known, artifact_name))
+            self.files.write(path, "".join(f"{n or ''}\n" for n in names), posixpath.join(run_dir, STAGING))
 
     def _forward_edges(self, run_id: str, dir_name: str | None = None) -> list[Edge]:
         """A run's edges to its sources, read from its own directory (this store's and TorchX's)."""

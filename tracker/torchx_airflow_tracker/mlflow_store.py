@@ -321,7 +321,9 @@ class MlflowStore(EdgeQueries, TrackerBase):
         allowed). A claim whose run a user deleted passes to the next generation.
         """
         claims = self._claims_run
-        mine = self.client.create_run(self.experiment_id, run_name=run_id, tags={CANDIDATE_TAG: run_id}).info.run_id
+        mine = self.client.create_run(
+            self.experiment_id, run_name=run_id, tags={CANDIDATE_TAG: run_id}
+        ).info.run_id
         for generation in range(MAX_CLAIM_GENERATIONS):
             key = f"{_digest(run_id)}.{generation}"
             if self._claim(claims, key, mine):
