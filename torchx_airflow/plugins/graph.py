@@ -222,6 +222,8 @@ class _Walk:
     def _neighbours(self, run_id: str, up: bool) -> dict[str, tuple[str, ...]]:
         if up:
             return _grouped(self.store.sources(run_id))
+        # the airflow_* stores keep a descendants index; a store without one fails here, and
+        # build_graph shows that as a warning beside the other stores' lineage
         return _grouped(self.store.descendants(run_id))  # type: ignore[attr-defined]
 
     def _walk(self, start: list[str], up: bool) -> None:

@@ -210,6 +210,7 @@ class MlflowStore(EdgeQueries, TrackerBase):
         client = MlflowClient(tracking_uri=self.tracking_uri)
         if self._username is None and self._password is None:
             return client
+        # a proxy with MlflowClient's methods, not a subclass
         return _AuthenticatedClient(client, self._username, self._password)  # type: ignore[return-value]
 
     @cached_property
