@@ -32,7 +32,7 @@ XCOM_KEYS = (XCOM_RUN_ID, XCOM_RESULT, XCOM_UI_URL, XCOM_TRACKER_URL)
 DEFAULT_TORCHX_CONN_ID = "torchx_default"
 
 
-class DagRunNotFound(LookupError):
+class DagRunNotFound(LookupError):  # noqa: N818 - named as Airflow names its own
     """The DAG run the view was asked for does not exist."""
 
     def __init__(self, dag_id: str, run_id: str) -> None:

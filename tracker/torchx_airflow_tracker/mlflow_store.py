@@ -59,7 +59,7 @@ MAX_BATCH_BYTES = 600_000  # MLflow refuses log_batch bodies over 1 MB
 MAX_METRICS_WITH_TAGS = 900  # 1,000 entities per call, less a full batch of tags
 _SAFE_KEY = re.compile(r"[^A-Za-z0-9_\-. /]")
 _ENV_USERNAME = "MLFLOW_TRACKING_USERNAME"
-_ENV_PASSWORD = "MLFLOW_TRACKING_PASSWORD"
+_ENV_PASSWORD = "MLFLOW_TRACKING_PASSWORD"  # noqa: S105 - an env variable name
 _CREDENTIALS_LOCK = threading.RLock()
 
 
