@@ -86,9 +86,19 @@ slurm-up:
 slurm-down:
 	bash scripts/slurm/cluster.sh down
 
-lint: install
-	$(BIN)/python -m pip install --quiet ruff
-	$(BIN)/ruff check torchx_airflow tracker dags tests
+# The linters are pinned in pyproject.toml's `lint` extra (also what .pre-commit-config.yaml runs);
+# mypy reads the installed Airflow and TorchX, so it runs in the full environment.
+LINT_STAMP = $(VENV)/.installed-lint
+LINT_PATHS = torchx_airflow tracker dags tests bench
+$(LINT_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[lint]'
+	touch $@
+
+lint: $(LINT_STAMP)
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
+	$(BIN)/mypy
+	$(BIN)/codespell
 
 clean:
 	rm -rf $(VENV) $(AIRFLOW_HOME)

@@ -59,7 +59,7 @@ def run_module(path: Path) -> tuple[list[Figure], float]:
             missing = [f for f in FIELDS if f not in row]
             if missing:
                 raise ValueError(f"row {row.get('figure')!r} lacks {missing}")
-    except Exception as e:  # noqa: BLE001 - a failing benchmark is reported, not fatal
+    except Exception as e:  # a failing benchmark is reported, not fatal
         traceback.print_exc()
         rows = [error_row(path.stem, e)]
     return rows, time.monotonic() - start

@@ -25,6 +25,7 @@ from torchx_airflow.exceptions import TorchXInputError
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+    from pydantic import JsonValue
 
 log = logging.getLogger(__name__)
 
@@ -106,15 +107,16 @@ def emit_asset_events(
         if artifact is None:
             tracked = bool(result.get("metadata") or artifacts or result.get("sources"))
             raise TorchXArtifactMissingError(app_handle, name, artifacts, tracked)
-        extra = {
+        path = str(artifact["path"])
+        extra: dict[str, JsonValue] = {
             "app_handle": app_handle,
             "artifact": name,
-            "path": str(artifact["path"]),
+            "path": path,
             "metadata": dict(artifact.get("metadata") or {}),
             "try_number": context["ti"].try_number,
         }
         if isinstance(target, AssetAlias):
-            events[target].add(Asset(artifact_uri(extra["path"])), extra=extra)
+            events[target].add(Asset(artifact_uri(path)), extra=extra)
         else:
             events[target].extra.update(extra)
-        log.info("Asset event for %s: artifact %s of %s at %s", target, name, app_handle, extra["path"])
+        log.info("Asset event for %s: artifact %s of %s at %s", target, name, app_handle, path)

@@ -78,6 +78,8 @@ def parent_runs(context: Context) -> list[str]:
     ti = context["ti"]
     task = context["task"]
     dag = task.dag
+    if dag is None:  # a running task belongs to a DAG; only an unexpanded mapped task has none
+        raise RuntimeError(f"Task {task.task_id!r} has no DAG: its parents cannot be found")
     parents: list[str] = []
     seen: set[str] = set()
     frontier = sorted(task.upstream_task_ids)

@@ -282,7 +282,7 @@ def lineage_parents(
     from torchx_airflow.dag_lineage import parent_runs
 
     try:
-        return parent_runs({"ti": task_instance, "task": task})  # type: ignore[typeddict-item]
+        return parent_runs({"ti": task_instance, "task": task})
     except Exception as e:  # lineage never fails a task
         log.warning("No parents for OpenLineage of %s: %s: %s", task_instance.task_id, type(e).__name__, e)
         return []

@@ -190,7 +190,7 @@ class TrackerSet:
         for backend in self.backends:
             try:
                 store = backend.open_store()
-                if backend.kind == "mlflow":
+                if backend.kind == "mlflow":  # an MlflowStore (open_store is typed for every kind)
                     _ = store.experiment_id  # type: ignore[attr-defined]
             except Exception as e:
                 raise TorchXConnectionError(
@@ -220,6 +220,6 @@ class TrackerSet:
         for backend, store in zip(self.backends, self.stores, strict=True):
             if backend.kind == "mlflow" and backend.config["tracking_uri"].startswith(
                 ("http://", "https://")
-            ):
+            ):  # an MlflowStore (open_store is typed for every kind)
                 return store.run_url(run_id)  # type: ignore[attr-defined]
         return None

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import torch
-from model import load_data, make_model, mse  # noqa: I001 - the job's own directory is on sys.path
+from model import load_data, make_model, mse  # the job's own directory is on sys.path
 from torchx.tracker.api import AppRun
 
 

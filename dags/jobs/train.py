@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from model import load_data, make_model, mse  # noqa: I001 - the job's own directory is on sys.path
+from model import load_data, make_model, mse  # the job's own directory is on sys.path
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from torchx.tracker.api import AppRun

@@ -52,7 +52,7 @@ def test_settings_reject_malformed_extra(extra, fragment):
 def test_missing_connection_names_the_id_and_the_fix():
     hook = TorchXHook("no_such_torchx_conn")
     with pytest.raises(TorchXConnectionError) as err:
-        hook.settings
+        hook.settings  # noqa: B018 - reading the property looks the connection up
     assert "'no_such_torchx_conn' is not defined" in str(err.value)
     assert "AIRFLOW_CONN_NO_SUCH_TORCHX_CONN=" in str(err.value)
 

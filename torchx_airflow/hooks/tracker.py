@@ -232,6 +232,7 @@ class MlflowTrackerHook(_TrackerHook):
             return False, str(e)
         try:
             store = backend.open_store()
+            # an MLflow backend opens an MlflowStore (open_store is typed for every kind)
             client = store.client  # type: ignore[attr-defined]
             experiment_id = store.experiment_id  # type: ignore[attr-defined]
         except Exception as e:

@@ -190,7 +190,8 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
     def is_job_succeeded(self, status: str) -> bool:
         return status == SUCCEEDED
 
-    def poll_until_complete(self, external_id: Any, context: Context) -> dict[str, Any]:
+    # ResumableJobMixin.execute returns this method's value on a reattach, though it declares None
+    def poll_until_complete(self, external_id: Any, context: Context) -> dict[str, Any]:  # type: ignore[override]
         app_handle = str(external_id)
         if not self._submitted_here:
             self.log.info("Reattached to TorchX app %s from an earlier try: not submitting again", app_handle)
@@ -310,7 +311,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         finally:
             self.hook.close()
 
-    def _print_logs(self, app_handle: str, event: dict[str, Any]) -> None:
+    def _print_logs(self, app_handle: str, event: dict[str, Any] | None) -> None:
         if not self.stream_logs:
             return
         from torchx_airflow.logs import print_app_logs
@@ -320,7 +321,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
             app_handle,
             role_replicas(self._app),
             self.log,
-            cursor=event.get("log_cursor") or {},
+            cursor=(event or {}).get("log_cursor") or {},
             max_lines=self.max_log_lines,
         )
 

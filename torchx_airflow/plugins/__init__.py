@@ -38,7 +38,7 @@ class TorchXLineagePlugin(AirflowPlugin):
     """The lineage view of a DAG run's TorchX runs, as tabs on the DAG run and task instance pages."""
 
     name = "torchx_lineage"
-    fastapi_apps = _AppOnFirstUse()  # type: ignore[assignment]
+    fastapi_apps = _AppOnFirstUse()
     external_views = [
         {
             "name": VIEW_NAME,

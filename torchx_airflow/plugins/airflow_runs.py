@@ -35,7 +35,7 @@ DEFAULT_TORCHX_CONN_ID = TorchXHook.default_conn_name
 AIRFLOW_RUN_PREFIX = f"{AIRFLOW_RUN_SCHEME}://"  # apps.airflow_run_id: airflow://dag/run/task
 
 
-class DagRunNotFound(LookupError):
+class DagRunNotFound(LookupError):  # noqa: N818 - named as Airflow names its own
     """The DAG run the view was asked for does not exist."""
 
     def __init__(self, dag_id: str, run_id: str) -> None:

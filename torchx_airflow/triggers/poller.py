@@ -105,7 +105,7 @@ class SharedPoller:
         handles = sorted({s.app_handle for s in subscribers})
         retrying = async_status_retrying(f"Status of {len(handles)} apps", max_wait=self.interval)
         try:
-            statuses = await retrying(asyncio.to_thread, hook.statuses, handles)
+            statuses: dict[str, Any] = await retrying(asyncio.to_thread, hook.statuses, handles)
             self.queries += 1
         except Exception as e:  # the policy gave up: every waiting trigger sees it
             for subscriber in subscribers:

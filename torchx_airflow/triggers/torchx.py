@@ -167,7 +167,7 @@ class TorchXAppTrigger(BaseTrigger):
                 trackers_for(self.tracker_conn_ids)
             streams = [
                 (role, k, stream)
-                for role, count in self.log_replicas.items()
+                for role, count in (self.log_replicas or {}).items()
                 for k in range(count)
                 for stream in support.log_streams()
             ]

@@ -17,6 +17,8 @@ from typing import Any
 
 from torchx.tracker.api import TrackerBase
 
+from torchx_airflow_tracker.lineage import EdgeQueries, RunLineage
+
 
 def _store(args: argparse.Namespace) -> TrackerBase:
     if args.fsspec:
@@ -35,8 +37,14 @@ def _store(args: argparse.Namespace) -> TrackerBase:
     return stores[0]
 
 
+def _lineage(store: TrackerBase, run_id: str, depth: int) -> RunLineage:
+    if not isinstance(store, EdgeQueries):
+        raise SystemExit(f"{store!r} keeps no lineage graph: pass --fsspec URL or --mlflow URI.")
+    return store.lineage(run_id, depth=depth)
+
+
 def _show(store: TrackerBase, run_id: str, depth: int) -> dict[str, Any]:
-    lineage = store.lineage(run_id, depth=depth)  # type: ignore[call-arg]
+    lineage = _lineage(store, run_id, depth)
     return {
         "run_id": run_id,
         "metadata": dict(store.metadata(run_id)),
@@ -101,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         info = _show(store, args.run_id, args.depth)
         print(json.dumps(info, indent=2, default=str) if args.format == "json" else _show_text(info))
     else:
-        graph = store.lineage(args.run_id, depth=args.depth)  # type: ignore[call-arg]
+        graph = _lineage(store, args.run_id, args.depth)
         print({"text": graph.to_text, "json": graph.to_json, "mermaid": graph.to_mermaid}[args.format]())
     return 0
 

@@ -137,9 +137,9 @@ class StoreFiles:
 
 def _write_local(path: str, data: bytes, mode: str = "wb") -> None:
     try:
-        f = open(path, mode)  # noqa: SIM115 - the retry below needs the open outside a with
+        f = open(path, mode)  # not in a with: the retry below opens it again
     except FileNotFoundError:
         os.makedirs(posixpath.dirname(path), exist_ok=True)
-        f = open(path, mode)  # noqa: SIM115
+        f = open(path, mode)
     with f:
         f.write(data)
