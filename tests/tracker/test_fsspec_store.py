@@ -331,7 +331,7 @@ def test_ranks_adding_names_to_one_edge_lose_none_s3(s3_endpoint):
     _concurrent_edge_names(f"s3://edges-{uuid.uuid4().hex[:12]}/store", options)
 
 
-class _Crash(Exception):
+class _CrashError(Exception):
     pass
 
 
@@ -347,12 +347,12 @@ def test_a_writer_dying_half_way_through_add_source_loses_no_descendant(tmp_path
 
     def dying(self, path, text=""):
         if writes:
-            raise _Crash(path)
+            raise _CrashError(path)
         writes.append(path)
         return real_create_once(self, path, text)
 
     monkeypatch.setattr(StoreFiles, "create_once", dying)
-    with pytest.raises(_Crash):
+    with pytest.raises(_CrashError):
         store.add_source(CHILD, PARENT, "data")
     monkeypatch.undo()
     assert FsspecStore(root).run_ids(parent_run_id=PARENT) == [CHILD]

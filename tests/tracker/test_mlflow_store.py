@@ -98,7 +98,7 @@ def test_a_create_run_slower_than_the_others_still_makes_one_run(tmp_path, monke
     def rank(store, key):
         try:
             store.add_metadata(run_id, **{key: 1})
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # any failure of the thread is reported below
             errors.append(e)
 
     threads = [threading.Thread(target=rank, args=(slow, "slow"), name="slow-rank")]

@@ -17,7 +17,7 @@ from typing import Any
 
 from torchx.tracker.api import TrackerBase
 
-from torchx_airflow_tracker.lineage import EdgeQueries, RunLineage
+from torchx_airflow_tracker.run_graph import EdgeQueries, RunLineage
 
 
 def _store(args: argparse.Namespace) -> TrackerBase:

@@ -302,7 +302,10 @@ class MlflowStore(EdgeQueries, TrackerBase):
         except MlflowException as e:
             if e.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise
-            winner = self.client.get_experiment_by_name(name).tags[REGISTRY_TAG]
+            existing = self.client.get_experiment_by_name(name)
+            if existing is None:  # deleted again between the two calls: claim on the next try
+                raise
+            winner = existing.tags[REGISTRY_TAG]
             self.client.delete_run(candidate)
         try:
             self.client.set_experiment_tag(self.experiment_id, REGISTRY_TAG, winner)
