@@ -164,7 +164,7 @@ def _fsspec_suite(store: Any) -> dict[str, str]:
 def test_torchx_fsspec_backend_tests_on_our_fsspec_store():
     outcomes = _fsspec_suite(lambda fs, root_dir: FsspecStore(root_dir))  # their fs is always "file"
     assert len(outcomes) >= 10
-    assert _not_passed(outcomes).keys() == FSSPEC_DIFFERENCES.keys(), outcomes
+    assert _not_passed(outcomes).keys() == FSSPEC_DIFFERENCES.keys(), _not_passed(outcomes)
 
 
 def test_torchx_fsspec_backend_tests_fail_on_a_store_that_raises():
@@ -208,7 +208,7 @@ def test_torchx_api_tests_on_our_stores(backend, tmp_path, monkeypatch):
     monkeypatch.setattr(backend, "base_dir", tmp_path)
     outcomes = _api_suite(backend)
     assert len(outcomes) >= 20
-    assert _not_passed(outcomes).keys() == API_DIFFERENCES.keys(), outcomes
+    assert _not_passed(outcomes).keys() == API_DIFFERENCES.keys(), _not_passed(outcomes)
 
 
 def test_torchx_api_tests_fail_on_a_store_that_raises():
