@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults import CommandFaults
+from tests.faults import STATUS_COMMANDS, CommandFaults
 from tests.services import mlflow_server_process
 from tests.slurm.conftest import REPO, SLURM_CONN
 from tests.slurm.test_slurm_reliability import torchx_run  # apps launched outside Airflow
@@ -139,19 +139,67 @@ def test_tracker_server_failing_right_after_submission_leaves_one_job_and_a_succ
     assert result["state"] == "SUCCEEDED" and result["metadata"] == {}
 
 
-@pytest.mark.parametrize("dag_id", ["fault_status_sync", "fault_status_deferred"])
-def test_status_command_failing_three_times_in_a_row_is_retried_not_failed(stack, faults, dag_id):
+def test_status_command_failing_three_times_in_a_row_is_retried_not_failed(stack, faults):
     faults.after_sbatch(f"echo 3 > {faults.root}/fail")
-    role = {"fault_status_sync": "faultstat", "fault_status_deferred": "faultstatdef"}[dag_id]
     since = _since()
-    # long enough to still run after the worker's own retried check: the deferred one must defer
-    run = stack.trigger(dag_id, {"seconds": 12 if dag_id == "fault_status_deferred" else 3})
-    state = stack.wait_run(dag_id, run, timeout=240)
-    assert state == "success", stack.log(dag_id, run, "run", 1)[-3000:]
+    run = stack.trigger("fault_status_sync", {"seconds": 3})
+    state = stack.wait_run("fault_status_sync", run, timeout=240)
+    assert state == "success", stack.log("fault_status_sync", run, "run", 1)[-3000:]
     assert (faults.root / "fail").read_text().strip() == "0"  # all three failures were hit
-    assert stack.ti(dag_id, run, "run")["try_number"] == 1
-    handle = stack.xcom(dag_id, run, "run", "app_handle")
-    assert jobs_named(f"{role}-0", since) == [(handle.rsplit("/", 1)[1], "COMPLETED")]
+    assert stack.ti("fault_status_sync", run, "run")["try_number"] == 1
+    handle = stack.xcom("fault_status_sync", run, "run", "app_handle")
+    assert jobs_named("faultstat-0", since) == [(handle.rsplit("/", 1)[1], "COMPLETED")]
+
+
+def triggerer_pids(stack: AirflowStack) -> set[int]:
+    """The triggerer service and every process under it (its trigger runner polls the apps)."""
+    import psutil
+
+    leader = psutil.Process(int((stack.home / "stack" / "triggerer.pid").read_text()))
+    return {leader.pid, *(child.pid for child in leader.children(recursive=True))}
+
+
+def status_callers(calls: list[str]) -> list[int]:
+    """The pid that ran each status command in ``calls`` (``calls.log`` lines), in order."""
+    return [int(line.split()[1]) for line in calls if line.split()[0] in STATUS_COMMANDS]
+
+
+def wait_for(condition, what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout} s")
+        time.sleep(0.2)
+
+
+def test_status_command_failing_three_times_while_deferred_is_retried_by_the_triggerer(stack, faults):
+    """The README's "the same while deferred" row: the triggerer's own queries fail, not the worker's.
+
+    The fault is armed only once the task is deferred and the trigger has polled the job, so the
+    worker's check before it defers cannot use up the failures.
+    """
+    since = _since()
+    run = stack.trigger("fault_status_deferred", {"seconds": 40})
+    stack.wait_ti("fault_status_deferred", run, "run", ("deferred",), timeout=180)
+    triggerer = triggerer_pids(stack)
+    wait_for(lambda: set(status_callers(faults.calls())) & triggerer, "the trigger polled the job")
+    armed_at = len(faults.calls())
+    faults.fail_status(3)
+    wait_for(lambda: (faults.root / "fail").read_text().strip() == "0", "three status commands failed")
+    failing = status_callers(faults.calls()[armed_at:])
+    assert stack.ti("fault_status_deferred", run, "run")["state"] == "deferred"  # still waiting
+
+    state = stack.wait_run("fault_status_deferred", run, timeout=240)
+    assert state == "success", stack.log("fault_status_deferred", run, "run", 1)[-3000:]
+    # the failing commands were the triggerer's, and its retry policy carried the wait through them
+    assert len(failing) >= 3 and set(failing) <= triggerer, (failing, triggerer)
+    # the trigger's own log (the shared poller's batched query) shows its retries through them
+    run_logs = stack.home / "logs" / "dag_id=fault_status_deferred" / f"run_id={run}" / "task_id=run"
+    trigger_log = "".join(log.read_text() for log in run_logs.glob("attempt=1.log.trigger.*.log"))
+    assert "Status of 1 apps failed (attempt 3 of 5)" in trigger_log, trigger_log[-3000:]
+    assert stack.ti("fault_status_deferred", run, "run")["try_number"] == 1
+    handle = stack.xcom("fault_status_deferred", run, "run", "app_handle")
+    assert jobs_named("faultstatdef-0", since) == [(handle.rsplit("/", 1)[1], "COMPLETED")]
 
 
 def test_worker_sigkilled_between_submission_and_its_first_poll_reattaches(stack, faults):

@@ -397,19 +397,27 @@ def _sensor(**kwargs: Any) -> TorchXAppSensor:
     return sensor
 
 
-@pytest.mark.parametrize("soft_fail", [False, True])
+_SENSOR_TIMEOUT_EVENT = {"status": "timeout", "app_handle": HANDLE, "state": "RUNNING", "message": "deadline"}
+
+
 @pytest.mark.parametrize(
-    "event",
+    ("event", "soft_fail", "expected"),
     [
-        {"status": "timeout", "app_handle": HANDLE, "state": "RUNNING", "message": "deadline"},
-        _terminal("FAILED"),
+        (_SENSOR_TIMEOUT_EVENT, False, AirflowSensorTimeout),
+        (_terminal("FAILED"), False, TorchXAppTerminalError),
+        (_SENSOR_TIMEOUT_EVENT, True, AirflowSkipException),
+        (_terminal("FAILED"), True, AirflowSkipException),
     ],
+    ids=["timeout", "failed", "timeout-soft-fail", "failed-soft-fail"],
 )
-def test_sensor_resumes_like_poke_mode_timeout_fails_or_skips(event, soft_fail):
+def test_sensor_resumes_like_poke_mode_timeout_fails_or_skips(event, soft_fail, expected):
+    """Each event ends the resumed sensor with its own exception, exactly (not a subclass of another)."""
     sensor = _sensor(deferrable=True, soft_fail=soft_fail, timeout=5)
-    expected = AirflowSkipException if soft_fail else (AirflowSensorTimeout, TorchXAppTerminalError)
-    with pytest.raises(expected):
+    with pytest.raises(BaseException) as raised:
         sensor.resume_execution("execute_complete", {"event": event}, _context())
+    assert raised.type is expected, raised.getrepr()
+    if expected is TorchXAppTerminalError:
+        assert raised.value.state == "FAILED"  # type: ignore[attr-defined]
 
 
 def test_sensor_resume_on_success_returns_the_status():
