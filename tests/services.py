@@ -38,9 +38,12 @@ def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120
 @contextlib.contextmanager
 def _server(cmd: list[str], ready_url: str, workdir: Path) -> Iterator[subprocess.Popen]:
     log = workdir / "server.log"
+    # uvicorn kills a worker that misses a 5 s health check, which a loaded CI machine can take
+    # (scripts/airflow-stack.sh gives its own MLflow server the same margin)
+    env = {**os.environ, "UVICORN_TIMEOUT_WORKER_HEALTHCHECK": "60"}
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True
+            cmd, stdout=out, stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True, env=env
         )
     try:
         _wait_http(ready_url, proc, log)
