@@ -1,25 +1,15 @@
-"""The scheduler layer: Slurm's states, the job environment, secrets kept out of requests."""
+"""The Slurm support (torchx_airflow/schedulers/slurm.py): Slurm's states, heterogeneous jobs, secrets kept
+out of the batch script, and the submission mark found in squeue and sacct."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
 
 import pytest
-from airflow.sdk import Connection
 
-from torchx_airflow.exceptions import TorchXConfigError, TorchXConnectionError
+from torchx_airflow.exceptions import TorchXConfigError
 from torchx_airflow.hooks.torchx import TorchXHook
-from torchx_airflow.schedulers import SchedulerSupport, support_for
-from torchx_airflow.schedulers.env import (
-    BASE_ENV,
-    launch_env,
-    parse_env_passthrough,
-    secret_env_names,
-    swapped_environ,
-)
 from torchx_airflow.schedulers.slurm import SlurmJobRow, app_state_name, app_status
 
 # Every state sacct or squeue reports (slurm.schedmd.com/squeue.html#SECTION_JOB-STATE-CODES).
@@ -81,150 +71,6 @@ def test_a_heterogeneous_job_reports_each_replica_and_the_worst_state():
     ).state.name == ("RUNNING")
 
 
-def test_support_for_picks_the_schedulers_module_and_the_default_otherwise():
-    hook = TorchXHook()
-    assert type(hook.support("slurm")).__name__ == "SlurmSupport"
-    assert type(hook.support("local_cwd")).__name__ == "LocalSupport"
-    assert type(hook.support("kubernetes")) is SchedulerSupport
-    assert support_for("slurm", hook.runner).inherits_launcher_env
-    assert support_for("local_cwd", hook.runner).inherits_launcher_env
-    for name in ("kubernetes", "aws_batch", "local_docker"):
-        assert not support_for(name, hook.runner).inherits_launcher_env, name
-    hook.close()
-
-
-def test_scheduler_modules_import_no_torchx_scheduler():
-    code = (
-        "import sys, torchx_airflow.schedulers, torchx_airflow.schedulers.slurm, "
-        "torchx_airflow.schedulers.local, torchx_airflow.schedulers.env;"
-        "print([m for m in sys.modules if m.startswith('torchx.schedulers') or m == 'torchx.runner'])"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
-
-
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [
-        (None, ()),
-        ("", ()),
-        (["CUDA_HOME", "NCCL_*"], ("CUDA_HOME", "NCCL_*")),
-        ("CUDA_HOME, NCCL_*", ("CUDA_HOME", "NCCL_*")),
-        (["APP", "AWS_*"], ("APP", "AWS_*")),
-    ],
-)
-def test_env_passthrough_accepts_names_and_prefixes(value, expected):
-    assert parse_env_passthrough("tx", value) == expected
-
-
-@pytest.mark.parametrize(
-    ("value", "message"),
-    [
-        (["AIRFLOW_CONN_DB"], "may not pass 'AIRFLOW_CONN_DB' to jobs"),
-        (["airflow__core__fernet_key"], "may not pass 'airflow__core__fernet_key'"),
-        (["AIR*"], "may not pass 'AIR*'"),
-        (["A*"], "may not pass 'A*'"),
-        (["BAD-NAME"], "'BAD-NAME' in extra 'env_passthrough' is not an environment variable name"),
-        ([1], "must be a list of environment variable names, got [1]"),
-        ({"PATH": 1}, "must be a list of environment variable names"),
-    ],
-)
-def test_env_passthrough_refuses_airflow_names_and_non_names(value, message):
-    with pytest.raises(TorchXConnectionError, match="Connection 'tx'") as err:
-        parse_env_passthrough("tx", value)
-    assert message in str(err.value)
-
-
-def test_env_passthrough_is_read_from_the_connection_through_get_hook(monkeypatch):
-    extra = {"scheduler": "slurm", "env_passthrough": ["NCCL_*"]}
-    conn = Connection(conn_id="tx_env", conn_type="torchx", extra=json.dumps(extra))
-    monkeypatch.setenv("AIRFLOW_CONN_TX_ENV", conn.as_json())
-    hook = conn.get_hook()
-    assert isinstance(hook, TorchXHook)
-    assert hook.settings.env_passthrough == ("NCCL_*",)
-    bad = Connection(
-        conn_id="tx_bad", conn_type="torchx", extra=json.dumps({"env_passthrough": ["AIRFLOW_VAR_X"]})
-    )
-    monkeypatch.setenv("AIRFLOW_CONN_TX_BAD", bad.as_json())
-    ok, message = bad.get_hook().test_connection()
-    assert not ok and "may not pass 'AIRFLOW_VAR_X' to jobs" in message
-
-
-def test_launch_env_keeps_base_passthrough_and_scheduler_variables_only():
-    worker = {
-        "PATH": "/usr/bin",
-        "HOME": "/root",
-        "LC_ALL": "C.UTF-8",
-        "AIRFLOW_CONN_DB": "postgres://u:p@db/airflow",
-        "AIRFLOW_VAR_TOKEN": "t",
-        "AIRFLOW__CORE__FERNET_KEY": "k",
-        "AWS_SECRET_ACCESS_KEY": "s",
-        "NCCL_DEBUG": "INFO",
-        "SLURM_CONF": "/etc/slurm/slurm.conf",
-        "SBATCH_PARTITION": "gpu",
-    }
-    env = launch_env(worker, ["NCCL_*", "AIRFLOW*"], ["SLURM_*", "SBATCH_*"])
-    assert env == {
-        "PATH": "/usr/bin",
-        "HOME": "/root",
-        "LC_ALL": "C.UTF-8",
-        "NCCL_DEBUG": "INFO",
-        "SLURM_CONF": "/etc/slurm/slurm.conf",
-        "SBATCH_PARTITION": "gpu",
-    }
-    assert {"PATH", "HOME", "LANG", "TMPDIR", "VIRTUAL_ENV"} <= set(BASE_ENV)
-
-
-def test_swapped_environ_restores_the_worker_environment(monkeypatch):
-    import os
-
-    monkeypatch.setenv("AIRFLOW_VAR_CANARY", "canary")
-    before = dict(os.environ)
-    with swapped_environ({"PATH": "/bin"}):
-        assert dict(os.environ) == {"PATH": "/bin"}
-    assert dict(os.environ) == before
-
-
-def test_secret_env_names_by_name_by_masked_value_and_by_request():
-    from torchx_airflow.secrets import mask_secret
-
-    mask_secret("masked-value-123456")
-    env = {
-        "API_TOKEN": "t0k",
-        "MLFLOW_TRACKING_PASSWORD": "p",
-        "TORCHX_TRACKER_AIRFLOW_FSSPEC_CONFIG": "base64:abc-masked-value-123456-def",
-        "GIVEN": "v",
-        "PLAIN": "hello",
-        "EMPTY_SECRET": "",
-    }
-    assert secret_env_names(env, ["GIVEN", "NOT_IN_ENV"]) == {
-        "API_TOKEN",
-        "MLFLOW_TRACKING_PASSWORD",
-        "TORCHX_TRACKER_AIRFLOW_FSSPEC_CONFIG",
-        "GIVEN",
-    }
-
-
-def test_tracker_set_names_the_env_variables_that_carry_credentials():
-    from torchx_airflow.trackers import TrackerBackend, TrackerSet
-
-    mlflow = TrackerBackend(
-        "ml",
-        "mlflow",
-        {"tracking_uri": "http://mlflow:5000", "experiment": "x"},
-        job_env={"MLFLOW_TRACKING_USERNAME": "u", "MLFLOW_TRACKING_PASSWORD": "pw-secret-1"},
-        secrets=("pw-secret-1",),
-    )
-    store = TrackerBackend("fs", "fsspec", {"root": "/tmp/runs"})
-    names = TrackerSet([mlflow, store]).secret_env_names()
-    assert names == {
-        "MLFLOW_TRACKING_USERNAME",
-        "MLFLOW_TRACKING_PASSWORD",
-        "TORCHX_TRACKER_AIRFLOW_STORES_CONFIG",
-    }
-    assert TrackerSet([store]).secret_env_names() == set()
-
-
 def test_slurm_request_keeps_secrets_out_of_the_batch_script():
     from torchx_airflow.apps import build_app_from_component
 
@@ -253,62 +99,6 @@ def test_slurm_refuses_a_secret_with_different_values_per_role():
     ]
     with pytest.raises(TorchXConfigError, match="'API_TOKEN' holds different secret values"):
         TorchXHook(scheduler="slurm").dryrun(AppDef(name="two", roles=roles))
-
-
-def test_a_follower_reads_to_the_end_and_asks_the_scheduler_only_after_the_app_ended(tmp_path):
-    import threading
-
-    from torchx_airflow.log_files import follow_file
-
-    log = tmp_path / "slurm-1-r-0.out"
-    asked: list[bool] = []
-
-    def locate(ask: bool) -> str | None:
-        asked.append(ask)
-        return str(log) if log.exists() else None
-
-    ended = threading.Event()
-    lines: list[str] = []
-    reader = threading.Thread(
-        target=lambda: lines.extend(follow_file(locate, ended.is_set, ended.wait, poll=0.05))
-    )
-    reader.start()
-    log.write_text("one\ntw")
-    with log.open("a") as f:
-        f.write("o\nthree")  # no newline yet: written before the app ended
-    ended.set()
-    reader.join(10)
-    assert not reader.is_alive()
-    assert lines == ["one", "two", "three"]
-    assert True not in asked[:-1]  # while the app ran, the file was looked for without asking
-
-
-def test_a_follower_whose_file_never_appears_stops_when_the_app_ends(tmp_path):
-    import threading
-
-    from torchx_airflow.log_files import follow_file
-
-    ended = threading.Event()
-    lines: list[str] = []
-    reader = threading.Thread(
-        target=lambda: lines.extend(follow_file(lambda ask: None, ended.is_set, ended.wait))
-    )
-    reader.start()
-    ended.set()
-    reader.join(10)
-    assert not reader.is_alive() and lines == []
-
-
-def test_statuses_through_the_default_layer_answer_every_handle():
-    from torchx_airflow.apps import build_app_from_component
-
-    hook = TorchXHook()
-    app_handle = hook.schedule(hook.dryrun(build_app_from_component("utils.sh", ["true"])))
-    assert hook.wait(app_handle, wait_interval=0.2).state.name == "SUCCEEDED"
-    unknown = "local_cwd://torchx/never-launched"
-    answer = hook.statuses([app_handle, unknown])
-    assert answer[app_handle].state.name == "SUCCEEDED" and answer[unknown] is None
-    hook.close()
 
 
 @pytest.mark.parametrize("cfg_comment", [None, "team ml|run 7"])
