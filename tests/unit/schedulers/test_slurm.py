@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -151,12 +152,35 @@ def test_slurm_finds_a_marked_job_by_the_whole_mark_only(monkeypatch):
     assert commands.calls[0][commands.calls[0].index("-u") + 1] == str(os.getuid())
 
 
-def test_slurm_looks_in_accounting_for_a_job_squeue_forgot(monkeypatch):
+@pytest.fixture
+def timezone(monkeypatch):
+    """Set the process's local time zone (TZ, POSIX form: no tz database needed); restored after."""
+
+    def set_zone(name: str) -> None:
+        monkeypatch.setenv("TZ", name)
+        time.tzset()
+
+    yield set_zone
+    monkeypatch.undo()
+    time.tzset()
+
+
+# `since` is 2027-01-15T08:00 UTC; sacct -S reads local time (of the host sacct runs on, the worker's),
+# so the search starts an hour before it on the local clock, east and west of UTC alike
+@pytest.mark.parametrize(
+    ("zone", "local_start"),
+    [
+        ("UTC0", "2027-01-15T07:00:00"),
+        ("JST-9", "2027-01-15T16:00:00"),
+        ("EST5", "2027-01-15T02:00:00"),
+    ],
+)
+def test_slurm_looks_in_accounting_for_a_job_squeue_forgot(monkeypatch, timezone, zone, local_start):
+    timezone(zone)
     sacct = "50|\n51|torchx-airflow-submission:ab12\n"
     found, commands = _find(monkeypatch, {"squeue": (0, "", ""), "sacct": (0, sacct, "")})
     assert found == "51"
-    start = commands.calls[1][commands.calls[1].index("-S") + 1]
-    assert start < "2027-01-15T08:00:00"  # an hour before `since` (2027-01-15T08:00 UTC), any zone
+    assert commands.calls[1][commands.calls[1].index("-S") + 1] == local_start
     assert _find(monkeypatch, {"squeue": (0, "", ""), "sacct": (0, "50|\n", "")})[0] is None
 
 
