@@ -66,6 +66,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     tests_dir = Path(__file__).resolve().parent
     for item in items:
+        if not item.path.resolve().is_relative_to(tests_dir):  # not ours (a path given beside tests/)
+            continue
         directory = item.path.resolve().relative_to(tests_dir).parts[0]
         marker = DIRECTORY_MARKERS.get(directory)
         if marker is None:
