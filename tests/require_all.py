@@ -52,6 +52,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
+        reporter.write_line("")  # after the progress line, which has no newline yet
         reporter.write_sep("=", f"{REQUIRE_ALL}=1: {len(missing)} test(s) did not run", red=True)
         for line in missing:
             reporter.write_line(line)
