@@ -38,6 +38,61 @@ os.environ.update(
 )
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 
+# Each directory's marker, applied at collection: a new file there is marked without anyone
+# remembering. `pytest -m "not slurm and not e2e"` runs the part that needs no root (README, Tests).
+DIRECTORY_MARKERS = {
+    "unit": "unit",
+    "harness": "unit",
+    "integration": "integration",
+    "tracker": "tracker",
+    "packaging": "packaging",
+    "slurm": "slurm",
+    "e2e": "e2e",
+}
+# The tests of these directories start Airflow stacks (tests/stack.py) in module or session fixtures,
+# whose start counts against the first test's timeout: each gets this much more than its own. It is
+# the bound AirflowStack.up() gives `airflow-stack.sh up`.
+STACK_DIRECTORIES = ("slurm", "e2e")
+STACK_START_SECONDS = 300
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from tests import require_all
+
+    if not config.pluginmanager.is_registered(require_all):  # also given as `-p tests.require_all`
+        config.pluginmanager.register(require_all, "torchx_airflow_require_all")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests_dir = Path(__file__).resolve().parent
+    for item in items:
+        if not item.path.resolve().is_relative_to(tests_dir):  # not ours (a path given beside tests/)
+            continue
+        directory = item.path.resolve().relative_to(tests_dir).parts[0]
+        marker = DIRECTORY_MARKERS.get(directory)
+        if marker is None:
+            raise pytest.UsageError(
+                f"{item.nodeid}: tests/{directory} has no marker; add it to DIRECTORY_MARKERS in "
+                "tests/conftest.py (and register a new marker in pyproject.toml)"
+            )
+        item.add_marker(marker)
+        if directory in STACK_DIRECTORIES:
+            _add_stack_start_time(config, item)
+
+
+def _add_stack_start_time(config: pytest.Config, item: pytest.Item) -> None:
+    """Raise the item's pytest-timeout (its marker's, else --timeout's, else the ini's) by the
+    stack's start; a test without a timeout keeps none."""
+    marker = item.get_closest_marker("timeout")
+    if marker is not None:
+        seconds = marker.args[0] if marker.args else marker.kwargs.get("timeout")
+        kwargs = {k: v for k, v in marker.kwargs.items() if k != "timeout"}
+    else:
+        seconds = config.getoption("timeout", None) or config.getini("timeout")
+        kwargs = {}
+    if seconds and float(seconds) > 0:
+        item.add_marker(pytest.mark.timeout(float(seconds) + STACK_START_SECONDS, **kwargs), append=False)
+
 
 @pytest.fixture(scope="session")
 def airflow_db() -> Path:

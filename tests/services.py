@@ -9,10 +9,11 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+
+from tests.polling import wait_until
 
 BIN = Path(sys.executable).parent
 
@@ -24,15 +25,18 @@ def free_port() -> int:
 
 
 def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def answers() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
         with contextlib.suppress(OSError):
             with urllib.request.urlopen(url, timeout=2):
-                return
-        time.sleep(0.3)
-    raise RuntimeError(f"{url} not up after {timeout} s:\n{log.read_text()[-3000:]}")
+                return True
+        return False
+
+    try:
+        wait_until(answers, f"{url} up", timeout, interval=0.3)
+    except TimeoutError as e:
+        raise RuntimeError(f"{e}:\n{log.read_text()[-3000:]}") from None
 
 
 @contextlib.contextmanager

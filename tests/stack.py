@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -16,11 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.polling import wait_until
 from tests.services import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "airflow-stack.sh"
 TERMINAL_RUN_STATES = ("success", "failed")
+
+
+def _tail(log: Path) -> str:
+    return log.read_text()[-3000:] if log.exists() else "(no log)"
 
 
 @dataclass
@@ -90,17 +94,19 @@ class AirflowStack:
             timeout=timeout,
         )
         self.script("start", "api-server")
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"{self.url}/api/v2/monitor/health", timeout=5) as resp:
-                    if json.load(resp)["metadatabase"]["status"] == "healthy":
-                        return self
-            except (OSError, ValueError, KeyError):
-                pass
-            time.sleep(1)
-        log = self.home / "stack" / "api-server.log"
-        raise TimeoutError(f"API server not up within {timeout} s:\n{log.read_text()[-3000:]}")
+        try:
+            wait_until(self._healthy, "API server healthy", timeout, interval=1)
+        except TimeoutError as e:
+            log = self.home / "stack" / "api-server.log"
+            raise TimeoutError(f"{e}; its log:\n{_tail(log)}") from None
+        return self
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/api/v2/monitor/health", timeout=5) as resp:
+                return json.load(resp)["metadatabase"]["status"] == "healthy"
+        except (OSError, ValueError, KeyError):
+            return False
 
     def down(self) -> None:
         self.script("down", timeout=120)
@@ -137,18 +143,17 @@ class AirflowStack:
         return self._request(method, f"/api/v2{path}", body)
 
     def wait_for_dag(self, dag_id: str, timeout: float = 180) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                dag = self.api("GET", f"/dags/{dag_id}")
-                if dag.get("is_paused"):
-                    self.api("PATCH", f"/dags/{dag_id}", {"is_paused": False})
-                return
-            except urllib.error.HTTPError as e:
-                if e.code != 404:
-                    raise
-            time.sleep(1)
-        raise TimeoutError(f"DAG {dag_id} was not parsed within {timeout} s")
+        dag = wait_until(lambda: self._dag(dag_id), f"DAG {dag_id} parsed", timeout, interval=1)
+        if dag.get("is_paused"):
+            self.api("PATCH", f"/dags/{dag_id}", {"is_paused": False})
+
+    def _dag(self, dag_id: str) -> dict[str, Any] | None:
+        try:
+            return self.api("GET", f"/dags/{dag_id}")
+        except urllib.error.HTTPError as e:
+            if e.code != 404:
+                raise
+            return None
 
     def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
         self.wait_for_dag(dag_id)
@@ -159,13 +164,11 @@ class AirflowStack:
         return self.api("GET", f"/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}")["state"]
 
     def wait_run(self, dag_id: str, run_id: str, timeout: float = 300) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def finished() -> str | None:
             state = self.run_state(dag_id, run_id)
-            if state in TERMINAL_RUN_STATES:
-                return state
-            time.sleep(1)
-        raise TimeoutError(f"run {run_id} of {dag_id} not finished within {timeout} s")
+            return state if state in TERMINAL_RUN_STATES else None
+
+        return wait_until(finished, f"run {run_id} of {dag_id} finished", timeout, interval=1)
 
     def ti(self, dag_id: str, run_id: str, task_id: str) -> dict[str, Any]:
         return self.api("GET", f"/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}/taskInstances/{task_id}")
@@ -173,13 +176,16 @@ class AirflowStack:
     def wait_ti(
         self, dag_id: str, run_id: str, task_id: str, states: tuple[str, ...], timeout: float = 180
     ) -> dict:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            ti = self.ti(dag_id, run_id, task_id)
-            if ti["state"] in states:
-                return ti
-            time.sleep(0.5)
-        raise TimeoutError(f"{task_id} of {run_id} not in {states} within {timeout} s (last: {ti['state']})")
+        last: dict[str, Any] = {}
+
+        def in_states() -> dict[str, Any] | None:
+            last.update(self.ti(dag_id, run_id, task_id))
+            return dict(last) if last["state"] in states else None
+
+        try:
+            return wait_until(in_states, f"{task_id} of {run_id} in {states}", timeout)
+        except TimeoutError as e:
+            raise TimeoutError(f"{e} (last state: {last.get('state')})") from None
 
     def set_ti_state(self, dag_id: str, run_id: str, task_id: str, state: str) -> None:
         self.api(

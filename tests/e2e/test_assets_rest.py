@@ -6,13 +6,13 @@ OpenLineage events go to the provider's file transport."""
 
 from __future__ import annotations
 
-import time
 import urllib.parse
 
 import pytest
 
 from tests.e2e.conftest import dags_stack
 from tests.openlineage_events import by_type, datasets, file_transport, read_events, run_dataset, task_events
+from tests.polling import wait_until
 from tests.stack import AirflowStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]  # two DAG runs on Slurm
@@ -30,13 +30,10 @@ def assets_stack(slurm_cluster, tmp_path_factory):
 
 def _consumer_run(stack: AirflowStack, timeout: float = 300) -> dict:
     """The consumer's first run, created by the scheduler for the asset event."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        runs = stack.api("GET", f"/dags/{CONSUMER}/dagRuns")["dag_runs"]
-        if runs:
-            return runs[0]
-        time.sleep(1)
-    raise TimeoutError(f"{CONSUMER} was not triggered within {timeout} s")
+    runs = wait_until(
+        lambda: stack.api("GET", f"/dags/{CONSUMER}/dagRuns")["dag_runs"], f"a run of {CONSUMER}", timeout, 1
+    )
+    return runs[0]
 
 
 @pytest.fixture(scope="module")

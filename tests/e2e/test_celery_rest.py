@@ -14,7 +14,6 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 import urllib.parse
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import pytest
 from torchx_airflow_tracker.fsspec_store import FsspecStore
 from torchx_airflow_tracker.mlflow_store import MlflowStore
 
+from tests.polling import wait_until
 from tests.services import free_port
 from tests.slurm.conftest import slurm_cluster  # noqa: F401 - every app runs on Slurm here
 from tests.stack import AirflowStack
@@ -137,16 +137,6 @@ def _job_state(app_handle: str) -> str:
     return out.strip().splitlines()[0] if out.strip() else ""
 
 
-def _wait(predicate, what: str, timeout: float):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(1)
-    raise AssertionError(f"{what} not within {timeout} s")
-
-
 def _tis(stack: AirflowStack, dag_id: str, run: str) -> list[dict]:
     path = f"/dags/{dag_id}/dagRuns/{urllib.parse.quote(run)}/taskInstances"
     return stack.api("GET", path)["task_instances"]
@@ -239,8 +229,8 @@ def test_a_sigkilled_workers_task_is_retried_on_the_other_worker_and_reattaches(
     before = set(_stack_jobs(stack))
     run = stack.trigger(dag_id, {"seconds": 60})
     ti = stack.wait_ti(dag_id, run, "train", ("running",), timeout=300)
-    handle = _wait(lambda: _handle(stack, dag_id, run, "train"), "train's app_handle", 120)
-    _wait(lambda: _job_state(handle).startswith("RUNNING"), f"{handle} RUNNING", 120)
+    handle = wait_until(lambda: _handle(stack, dag_id, run, "train"), "train's app_handle", 120, interval=1)
+    wait_until(lambda: _job_state(handle).startswith("RUNNING"), f"{handle} RUNNING", 120, interval=1)
     killed = ti["hostname"]
     assert killed in WORKERS, ti
     (other,) = set(WORKERS) - {killed}

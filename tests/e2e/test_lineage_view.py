@@ -17,7 +17,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.polling import wait_until
 from tests.services import free_port
 from tests.stack import AirflowStack
 
@@ -41,15 +41,14 @@ BUNDLE = {
 
 
 def _wait_http(url: str, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
+    def answers() -> bool:
         try:
             with urllib.request.urlopen(url, timeout=5):
-                return
+                return True
         except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1)
+            return False
+
+    wait_until(answers, f"{url} answering", timeout, interval=1)
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,11 @@ extra links. Screenshots go to test-artifacts/ui/ for a person to look at."""
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.polling import wait_until
 
 # The pipeline trains three DDP apps (torchrun, torch imports) on 2 cores: more than the default 300 s.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -35,14 +36,13 @@ def test_trigger_from_the_form_and_find_the_extra_links(pipeline_stack, browser)
     page.screenshot(path=SHOTS / "2-trigger-form.png")
     before = {r["dag_run_id"] for r in stack.api("GET", "/dags/torchx_pipeline/dagRuns")["dag_runs"]}
     page.get_by_role("dialog").get_by_role("button", name=re.compile("^Trigger$")).click()
-    deadline = time.monotonic() + 60
-    while not (
-        new := {r["dag_run_id"] for r in stack.api("GET", "/dags/torchx_pipeline/dagRuns")["dag_runs"]}
-        - before
-    ):
-        assert time.monotonic() < deadline, "the form did not trigger a run"
-        time.sleep(0.5)
-    (run,) = new
+    (run,) = wait_until(
+        lambda: (
+            {r["dag_run_id"] for r in stack.api("GET", "/dags/torchx_pipeline/dagRuns")["dag_runs"]} - before
+        ),
+        "a run triggered from the form",
+        60,
+    )
     assert stack.api("GET", f"/dags/torchx_pipeline/dagRuns/{run}")["conf"]["epochs"] == 13
     assert stack.wait_run("torchx_pipeline", run, timeout=600) == "success"
     train = stack.xcom("torchx_pipeline", run, "train", "return_value", map_index=0)

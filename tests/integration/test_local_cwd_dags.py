@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import AIRFLOW, collect_run
 from tests.dags.torchx_test_dags import HELLO, SECRET
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -99,15 +100,6 @@ def test_sensor_fails_fast_on_unknown_handle(run_dag):
     assert time.monotonic() - started < 60  # failed at the first poke, not at the 60 s timeout
 
 
-def _wait_for(predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return False
-
-
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -128,13 +120,13 @@ def test_killing_the_task_cancels_the_job(airflow_db, tmp_path):
         cwd=tmp_path,
     )
     try:
-        assert _wait_for(pid_file.exists, 120), "the job never started"
+        wait_until(pid_file.exists, "the job started", 120, interval=0.2)
         job_pid = int(pid_file.read_text())
         assert _alive(job_pid)
 
         killed_at = time.monotonic()
         proc.send_signal(signal.SIGTERM)  # what Airflow sends a task it kills
-        assert _wait_for(lambda: not _alive(job_pid), 10), "job still running 10 s after the kill"
+        wait_until(lambda: not _alive(job_pid), "the job gone after the kill", 10, interval=0.2)
         assert time.monotonic() - killed_at < 10
         output, _ = proc.communicate(timeout=120)
     finally:

@@ -15,12 +15,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.faults import STATUS_COMMANDS, CommandFaults
+from tests.polling import wait_until
 from tests.services import mlflow_server_process
 from tests.slurm.conftest import REPO, SLURM_CONN
 from tests.slurm.test_slurm_reliability import torchx_run  # apps launched outside Airflow
@@ -109,13 +109,11 @@ def job_state(app_handle: str) -> str:
 
 
 def wait_state(app_handle: str, prefixes: tuple[str, ...], timeout: float = 90) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = job_state(app_handle)
-        if state.startswith(prefixes):
-            return state
-        time.sleep(0.5)
-    raise AssertionError(f"{app_handle} not in {prefixes} within {timeout} s: {job_state(app_handle)!r}")
+    return wait_until(
+        lambda: (state := job_state(app_handle)).startswith(prefixes) and state,
+        f"{app_handle} in {prefixes}",
+        timeout,
+    )
 
 
 @pytest.mark.parametrize("fault", ["hung", "stopped"])

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.integration
 BIN = Path(sys.executable).parent
@@ -46,35 +47,27 @@ def job_state(app_handle: str) -> str:
 
 
 def wait_job_state(app_handle: str, prefix: str, timeout: float) -> float:
+    """Seconds until the job's state starts with ``prefix``."""
     start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if job_state(app_handle).startswith(prefix):
-            return time.monotonic() - start
-        time.sleep(0.5)
-    raise AssertionError(f"{app_handle} not {prefix} within {timeout} s: {job_state(app_handle)}")
+    wait_until(lambda: job_state(app_handle).startswith(prefix), f"{app_handle} {prefix}", timeout)
+    return time.monotonic() - start
 
 
 def wait_handle(stack, dag_id: str, run_id: str, timeout: float = 120) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        handle = stack.xcom(dag_id, run_id, "run", "app_handle")
-        if handle:
-            return handle
-        time.sleep(0.5)
-    raise AssertionError(f"no app_handle for {run_id}")
+    return wait_until(
+        lambda: stack.xcom(dag_id, run_id, "run", "app_handle"), f"the app_handle of {run_id}", timeout
+    )
 
 
-def wait_trigger_running(stack, timeout: float = 60) -> None:
-    """Until the triggerer has picked up the (only) trigger."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with sqlite3.connect(stack.home / "airflow.db") as db:
-            rows = db.execute("SELECT triggerer_id FROM trigger").fetchall()
-        if rows and all(r[0] is not None for r in rows):
-            time.sleep(2)  # assigned; give the runner a moment to start it
-            return
-        time.sleep(0.5)
-    raise AssertionError("the triggerer did not pick up the trigger")
+def wait_trigger_running(stack, dag_id: str, run_id: str, timeout: float = 120) -> None:
+    """Until the trigger runs in the triggerer: its first line of the job's output is in the task's
+    log (a deferred task's worker shows none)."""
+    wait_until(
+        lambda: "[python/0] line 1/" in stack.log(dag_id, run_id, "run", 1),
+        f"the trigger of {run_id} showing the job's first line",
+        timeout,
+        interval=1,
+    )
 
 
 def torchx_run(cwd: Path, *args: str) -> str:
@@ -117,14 +110,12 @@ def test_deferred_wait_completes_through_the_triggerer_and_prints_the_logs_once(
 def test_job_lines_show_in_the_task_log_while_the_task_is_deferred(slurm_stack):
     run = slurm_stack.trigger("slurm_deferred", {"seconds": 40})
     slurm_stack.wait_ti("slurm_deferred", run, "run", ("deferred",), timeout=120)
-    deadline = time.monotonic() + 90
-    live = ""
-    while time.monotonic() < deadline:
-        live = slurm_stack.log("slurm_deferred", run, "run", 1)
-        if "[python/0] line 3/40" in live:
-            break
-        time.sleep(2)
-    assert "[python/0] line 3/40" in live, live[-3000:]
+    wait_until(
+        lambda: "[python/0] line 3/40" in slurm_stack.log("slurm_deferred", run, "run", 1),
+        "line 3/40 in the task's log",
+        90,
+        interval=2,
+    )
     assert slurm_stack.ti("slurm_deferred", run, "run")["state"] == "deferred"  # still waiting
     assert slurm_stack.wait_run("slurm_deferred", run, timeout=180) == "success"
     log = slurm_stack.log("slurm_deferred", run, "run", 1)
@@ -138,10 +129,10 @@ def test_killed_triggerer_is_replaced_and_the_task_completes_with_one_event(slur
     run = slurm_stack.trigger("slurm_deferred", {"seconds": 25})
     slurm_stack.wait_ti("slurm_deferred", run, "run", ("deferred",), timeout=120)
     handle = wait_handle(slurm_stack, "slurm_deferred", run)
-    wait_trigger_running(slurm_stack)
-    slurm_stack.script("stop", "triggerer", "--kill")
-    time.sleep(3)
-    assert job_state(handle).startswith(("RUNNING", "PENDING"))  # a dead triggerer cancels nothing
+    wait_trigger_running(slurm_stack, "slurm_deferred", run)
+    slurm_stack.script("stop", "triggerer", "--kill")  # returns once the triggerer's process is gone
+    # a dead triggerer cancels nothing: not now, and not later (the app ends SUCCEEDED, asserted below)
+    assert not job_state(handle).startswith("CANCELLED")
     slurm_stack.script("start", "triggerer")
     assert slurm_stack.wait_run("slurm_deferred", run, timeout=240) == "success"
     ti = slurm_stack.ti("slurm_deferred", run, "run")
@@ -182,7 +173,7 @@ def test_marking_the_task_failed_cancels_the_job_within_30_s(slurm_stack, dag_id
     handle = wait_handle(slurm_stack, dag_id, run)
     wait_job_state(handle, "RUNNING", 60)
     if waiting == "deferred":
-        wait_trigger_running(slurm_stack)
+        wait_trigger_running(slurm_stack, dag_id, run)
     slurm_stack.set_ti_state(dag_id, run, "run", "failed")
     assert wait_job_state(handle, "CANCELLED", 30) <= 30
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from airflow.sdk import Connection
 
+from tests.polling import wait_until
 from tests.slurm.conftest import SLURM_CONN
 from torchx_airflow.logs import READER_THREAD_PREFIX
 
@@ -118,14 +119,7 @@ def multi_replica_app(roles: int = 2, replicas: int = 2):
     )
 
 
-def wait_for(predicate, what: str, timeout: float = 120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"{what} did not happen within {timeout} s")
+WAIT_SECONDS = 120  # for a job's state or accounting on a shared cluster
 
 
 async def first_event(trigger):
@@ -142,12 +136,13 @@ def test_a_job_scancelled_outside_airflow_is_cancelled_for_the_hook_and_a_recrea
     from torchx_airflow.triggers.torchx import TorchXAppTrigger
 
     handle = submit(slurm_hook, submitted, sleep_app())
-    wait_for(lambda: slurm_hook.status(handle), "the job to be known")
+    wait_until(lambda: slurm_hook.status(handle), "the job to be known", WAIT_SECONDS)
     subprocess.run(["scancel", handle.rsplit("/", 1)[1]], check=True)  # a user, an admin, preemption
     # until accounting has it (squeue alone says just "CANCELLED")
-    status = wait_for(
+    status = wait_until(
         lambda: (s := slurm_hook.status(handle)) is not None and s.is_terminal() and "by" in s.msg and s,
         "the job to end in accounting",
+        WAIT_SECONDS,
     )
     assert status.state.name == "CANCELLED"
     assert status.msg.startswith("CANCELLED by "), status.msg  # TorchX 0.7 raised on this state
@@ -225,8 +220,8 @@ def test_a_sync_wait_is_the_only_status_source_while_readers_follow_a_multi_repl
     outcome: dict = {}
     waiter = threading.Thread(target=lambda: outcome.update(status=operator.wait(handle, app)))
     waiter.start()
-    wait_for(lambda: len(_reader_threads()) == 8, "8 reader threads")
-    wait_for(lambda: counting.polls >= 4, "4 status polls")
+    wait_until(lambda: len(_reader_threads()) == 8, "8 reader threads", WAIT_SECONDS)
+    wait_until(lambda: counting.polls >= 4, "4 status polls", WAIT_SECONDS)
     subprocess.run(["scancel", handle.rsplit("/", 1)[1]], check=True)
     waiter.join(120)
 
@@ -279,9 +274,10 @@ def test_a_job_submitted_with_a_token_is_found_by_it_queued_and_after_it_ended(s
     comment = subprocess.run(["squeue", "-h", "-j", app_id, "-o", "%k"], capture_output=True, text=True)
     assert comment.stdout.split() == ["team", "ml", submission_mark(token)]
     # ended: accounting has it too (AccountingStoreFlags=job_comment), for when squeue forgot it
-    wait_for(lambda: slurm_hook.status(handle).state.name == "RUNNING", "the job to start")
+    wait_until(lambda: slurm_hook.status(handle).state.name == "RUNNING", "the job to start", WAIT_SECONDS)
     subprocess.run(["scancel", app_id], check=True)
-    wait_for(lambda: slurm_hook.status(handle).is_terminal(), "the cancel")
+    wait_until(lambda: slurm_hook.status(handle).is_terminal(), "the cancel", WAIT_SECONDS)
     uid = str(os.getuid())
-    assert wait_for(lambda: sacct_marked(submission_mark(token), uid, since), "accounting") == app_id
+    found = wait_until(lambda: sacct_marked(submission_mark(token), uid, since), "accounting", WAIT_SECONDS)
+    assert found == app_id
     assert sacct_marked(submission_mark(token[:-1]), uid, since) is None

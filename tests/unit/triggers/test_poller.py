@@ -148,28 +148,3 @@ def test_pollers_are_per_connection_and_scheduler(second):
 
     first, same, other = asyncio.run(main())
     assert first is same and first is not other
-
-
-def test_log_file_follower_shows_each_line_once_and_keeps_streams_apart(tmp_path):
-    from torchx_airflow.log_files import LogFileFollower
-
-    out, err = tmp_path / "out", tmp_path / "err"
-    files = {"stdout": out, "stderr": err}
-    follower = LogFileFollower([("trainer", 0, "stdout"), ("trainer", 0, "stderr")])
-
-    def locate(role, k, stream):
-        return str(files[stream])
-
-    assert follower.read_new(locate) == []  # no file yet
-    out.write_text("epoch 1\nepo")
-    err.write_text("warning\n")
-    assert follower.read_new(locate) == [("[trainer/0]", "epoch 1"), ("[trainer/0]", "warning")]
-    with out.open("a") as f:
-        f.write("ch 2\nlast")
-    assert follower.read_new(locate) == [("[trainer/0]", "epoch 2")]  # "last" is unfinished
-    assert follower.read_new(locate, final=True) == [("[trainer/0]", "last")]
-    assert follower.cursor == {"trainer/0/stdout": 3, "trainer/0/stderr": 1}
-    # a trigger re-created with that cursor shows nothing again
-    again = LogFileFollower(follower.streams, follower.cursor)
-    assert again.read_new(locate, final=True) == []
-    assert again.cursor == follower.cursor

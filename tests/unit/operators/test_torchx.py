@@ -1,5 +1,5 @@
-"""Operators and sensor in-process: bad input is refused before submission, AppDefs are templated,
-and the sensor judges real finished local_cwd apps."""
+"""The operators in-process: bad input is refused before submission, AppDefs are templated. The
+sensor on real finished local_cwd apps is in tests/unit/sensors/test_torchx_sensor.py."""
 
 from __future__ import annotations
 
@@ -9,12 +9,9 @@ from torchx.components.utils import echo, python
 
 from tests.dags.torchx_test_dags import HELLO
 from torchx_airflow.exceptions import (
-    TorchXAppHandleError,
-    TorchXAppTerminalError,
     TorchXComponentError,
     TorchXConfigError,
 )
-from torchx_airflow.hooks.torchx import TorchXHook
 from torchx_airflow.operators.torchx import TorchXDryRunOperator, TorchXOperator
 from torchx_airflow.sensors.torchx import TorchXAppSensor
 
@@ -103,45 +100,6 @@ def test_dry_run_of_an_appdef_summarizes_it():
     assert role["args"] == ["hi"]
     assert "MODE" in role["env_names"]
     assert ti.pushed == {}
-
-
-def _finished_app(hook: TorchXHook, *args: str) -> str:
-    op = TorchXOperator(
-        task_id="launch", component="utils.python", component_args=["--script", HELLO, "--", *args]
-    )
-    op.__dict__["hook"] = hook
-    info, _ = op.dryrun(op.build_app())
-    handle = hook.schedule(info)
-    hook.wait(handle, wait_interval=0.2)
-    return handle
-
-
-def test_sensor_succeeds_on_a_succeeded_app_and_returns_its_status():
-    hook = TorchXHook()
-    handle = _finished_app(hook, "--steps", "1")
-    sensor = TorchXAppSensor(task_id="wait", app_handle=handle)
-    sensor.__dict__["hook"] = hook  # local_cwd apps are only visible to the runner that launched them
-    result = sensor.poke({})
-    assert result.is_done
-    assert result.xcom_value["state"] == "SUCCEEDED"
-    assert result.xcom_value["app_handle"] == handle
-
-
-def test_sensor_fails_without_retry_on_a_failed_app():
-    hook = TorchXHook()
-    handle = _finished_app(hook, "--steps", "1", "--fail")
-    sensor = TorchXAppSensor(task_id="wait", app_handle=handle)
-    sensor.__dict__["hook"] = hook
-    with pytest.raises(TorchXAppTerminalError, match="finished in state FAILED") as err:
-        sensor.poke({})
-    assert err.value.state == "FAILED"
-    assert isinstance(err.value, AirflowFailException)  # honours soft_fail
-
-
-@pytest.mark.parametrize("handle", ["not-a-handle", "local_cwd:/x/y", "", 42])
-def test_sensor_rejects_malformed_handles(handle):
-    with pytest.raises(TorchXAppHandleError, match="Malformed TorchX app handle"):
-        TorchXAppSensor(task_id="wait", app_handle=handle).poke({})
 
 
 def test_template_fields_cover_the_documented_inputs():

@@ -1,0 +1,129 @@
+"""Fakes of the scheduler, the task state store and the task instance for the contract tests of the
+operator, the sensor, the trigger and the durable submission (named as fakes: these tests pin what the
+provider does with the answers; the same paths run against the real Slurm cluster in tests/slurm)."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from torchx.specs import AppStatus
+
+from torchx_airflow.hooks.torchx import TorchXDryRun
+from torchx_airflow.operators.torchx import TorchXOperator
+
+HANDLE = "slurm://torchx/4242"
+TRIGGER_PATH = "torchx_airflow.triggers.torchx.TorchXAppTrigger"
+
+
+class FakeSchedulerHook:
+    """Fake scheduler: answers ``status`` from a script (an exception in it is raised once)."""
+
+    scheduler = "slurm"
+    cfg: dict[str, Any] = {}
+
+    def __init__(self, answers: list[Any]) -> None:
+        self.answers = list(answers)
+        self.calls = 0
+        self.cancelled: list[str] = []
+
+    def status(self, handle: str) -> AppStatus | None:
+        self.calls += 1
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return None if answer is None else AppStatus(state=answer, msg=answer.name)
+
+    def statuses(self, handles: list[str]) -> dict[str, AppStatus | None]:
+        return {handle: self.status(handle) for handle in handles}
+
+    def cancel(self, handle: str) -> None:
+        self.cancelled.append(handle)
+
+    #: what find_submission answers (a handle, None, or an exception raised every time); the tokens
+    #: schedule was given; set False for a scheduler that cannot find a job by its mark
+    finds = True
+    found: Any = None
+
+    def apps_outlive_launcher(self, scheduler: str | None = None) -> bool:
+        return True
+
+    def finds_submissions(self, scheduler: str) -> bool:
+        return self.finds
+
+    def find_submission(self, scheduler: str, token: str, since: float) -> str | None:
+        self.searched = (scheduler, token)
+        if isinstance(self.found, Exception):
+            raise self.found
+        return self.found
+
+    def schedule(self, info: Any, token: str | None = None) -> str:
+        self.tokens = [*getattr(self, "tokens", []), token]
+        return HANDLE
+
+    def resolve_cfg(self, scheduler: str, cfg: dict) -> dict:
+        return {}
+
+    def dryrun(self, app: Any, scheduler: Any = None, cfg: Any = None, **kwargs: Any) -> TorchXDryRun:
+        return TorchXDryRun("sbatch --parsable torchx-sbatch.sh", self.scheduler)  # type: ignore[arg-type]
+
+    def log_streams(self, handle: str) -> tuple:
+        return ()
+
+    def close(self) -> None:
+        pass
+
+
+class TaskStateStore:
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.writes: list[tuple[str, str]] = []  # ("set" | "delete", key), in order
+
+    def get(self, key: str) -> Any:
+        return self.values.get(key)
+
+    def set(self, key: str, value: Any) -> None:
+        self.writes.append(("set", key))
+        self.values[key] = value
+
+    def delete(self, key: str) -> None:
+        self.writes.append(("delete", key))
+        self.values.pop(key, None)
+
+
+class TI:
+    stats_tags: dict[str, str] = {}
+    start_date = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+
+    def __init__(self) -> None:
+        self.pushed: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
+
+
+def _context(store: TaskStateStore | None = None) -> dict[str, Any]:
+    return {"ti": TI(), "task_state_store": store if store is not None else TaskStateStore()}
+
+
+def _operator(hook: FakeSchedulerHook, **kwargs: Any) -> TorchXOperator:
+    kwargs.setdefault("tracker_conn_ids", [])
+    op = TorchXOperator(
+        task_id="train", component="utils.echo", poll_interval=0.01, stream_logs=False, **kwargs
+    )
+    op.__dict__["hook"] = hook
+    return op
+
+
+def _terminal(state: str) -> dict[str, Any]:
+    return {
+        "status": "terminal",
+        "app_handle": HANDLE,
+        "state": state,
+        "msg": state,
+        "structured_error_msg": "",
+        "num_restarts": 0,
+        "ui_url": None,
+        "roles": {"echo": [state]},
+        "log_cursor": {},
+    }
