@@ -162,14 +162,6 @@ def status_callers(calls: list[str]) -> list[int]:
     return [int(line.split()[1]) for line in calls if line.split()[0] in STATUS_COMMANDS]
 
 
-def wait_for(condition, what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        time.sleep(0.2)
-
-
 def test_status_command_failing_three_times_while_deferred_is_retried_by_the_triggerer(stack, faults):
     """The README's "the same while deferred" row: the triggerer's own queries fail, not the worker's.
 
@@ -180,10 +172,14 @@ def test_status_command_failing_three_times_while_deferred_is_retried_by_the_tri
     run = stack.trigger("fault_status_deferred", {"seconds": 40})
     stack.wait_ti("fault_status_deferred", run, "run", ("deferred",), timeout=180)
     triggerer = triggerer_pids(stack)
-    wait_for(lambda: set(status_callers(faults.calls())) & triggerer, "the trigger polled the job")
+    wait_until(
+        lambda: set(status_callers(faults.calls())) & triggerer, "the trigger polled the job", 120, 0.2
+    )
     armed_at = len(faults.calls())
     faults.fail_status(3)
-    wait_for(lambda: (faults.root / "fail").read_text().strip() == "0", "three status commands failed")
+    wait_until(
+        lambda: (faults.root / "fail").read_text().strip() == "0", "three status commands failed", 120, 0.2
+    )
     failing = status_callers(faults.calls()[armed_at:])
     assert stack.ti("fault_status_deferred", run, "run")["state"] == "deferred"  # still waiting
 
