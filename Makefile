@@ -35,7 +35,7 @@ MLFLOW_PORT ?= 5000
 STACK_ENV = AIRFLOW_PORT=$(AIRFLOW_PORT) MLFLOW_PORT=$(MLFLOW_PORT) AIRFLOW_LOG_PORT=$(or $(AIRFLOW_LOG_PORT),8793) \
 	EXECUTOR=$(EXECUTOR) REDIS_PORT=$(or $(REDIS_PORT),6379) CELERY_WORKERS=$(or $(CELERY_WORKERS),2)
 
-.PHONY: install demo test lint clean up down slurm-up slurm-down bench
+.PHONY: install demo test lint docs docs-build clean up down slurm-up slurm-down bench
 
 install: $(STAMP)
 
@@ -99,6 +99,21 @@ lint: $(LINT_STAMP)
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy
 	$(BIN)/codespell
+
+# The documentation site (docs/, mkdocs.yml). docs-build: warnings are errors (CI runs it); the site
+# is built outside the checkout. docs: served at http://127.0.0.1:$(DOCS_PORT) while you edit.
+DOCS_STAMP = $(VENV)/.installed-docs
+DOCS_PORT ?= 8000
+export NO_MKDOCS_2_WARNING = 1
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[docs]'
+	touch $@
+
+docs-build: $(DOCS_STAMP)
+	site=$$(mktemp -d) && $(BIN)/mkdocs build --strict --quiet --site-dir "$$site" && rm -rf "$$site"
+
+docs: $(DOCS_STAMP)
+	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:$(DOCS_PORT)
 
 clean:
 	rm -rf $(VENV) $(AIRFLOW_HOME)

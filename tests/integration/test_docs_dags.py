@@ -46,7 +46,7 @@ def test_every_example_dag_imports_without_errors_and_cheaply(tmp_path: Path):
     script = (
         "import json, sys\n"
         "from airflow.dag_processing.dagbag import DagBag\n"
-        f"bag = DagBag(dag_folder={str(REPO / 'dags')!r}, include_examples=False)\n"
+        f"bag = DagBag(dag_folder={str(REPO / 'dags')!r})\n"
         "print(json.dumps({'errors': {k: str(v) for k, v in bag.import_errors.items()},"
         " 'dags': sorted(bag.dag_ids)}))\n"
     )
