@@ -18,6 +18,7 @@ import json
 import subprocess
 import sys
 import urllib.parse
+from typing import Any
 
 import pytest
 
@@ -506,9 +507,9 @@ def _counting_listings(store) -> list[str]:
     listed: list[str] = []
     names = store.files.names
 
-    def counted(directory: str) -> list[str]:
+    def counted(directory: str, **kwargs: Any) -> list[str]:
         listed.append(directory)
-        return names(directory)
+        return names(directory, **kwargs)
 
     store.files.names = counted
     return listed

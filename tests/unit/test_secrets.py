@@ -43,6 +43,9 @@ ALLOWED_INTERNAL = {
     ("plugins/airflow_runs.py", "airflow.models"): "lineage view: reads the metadata DB in the API server",
     # The plugin's FastAPI app: the API server's session dependency and its DAG access checks.
     ("plugins/app.py", "airflow.api_fastapi"): "lineage view: FastAPI app served by the API server",
+    # The view checks a run of another DAG against that DAG's team (DagModel), as Airflow's own
+    # endpoints do before answering for a DAG.
+    ("plugins/app.py", "airflow.models"): "lineage view: the team of another DAG, in the API server",
     # Operator links run in the API server and read the URL their task pushed to XCom. The Task SDK
     # exports no XCom reader for them; apache-airflow-providers-common-compat's ``sdk.XCom`` is this
     # same class on Airflow 3.

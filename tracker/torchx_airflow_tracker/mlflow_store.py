@@ -101,7 +101,9 @@ def _tag_key(prefix: str, name: str) -> str:
     """A valid MLflow tag key for ``name``; names MLflow cannot hold get a digest suffix (never collide)."""
     safe = _SAFE_KEY.sub("_", name)
     if safe != name or len(prefix) + len(safe) > MAX_KEY or not _path_safe(prefix + safe):
-        safe = f"{safe.replace('/', '_')[: MAX_KEY - len(prefix) - 26]}-{_digest(name)}"
+        # no '/' and no '.', so that no form of the key is a path MLflow refuses ('..', '/abs')
+        readable = safe.replace("/", "_").replace(".", "_")
+        safe = f"{readable[: MAX_KEY - len(prefix) - 26]}-{_digest(name)}"
     return prefix + safe
 
 
