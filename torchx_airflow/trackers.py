@@ -191,7 +191,7 @@ class TrackerSet:
             try:
                 store = backend.open_store()
                 if backend.kind == "fsspec":  # the job will write there: its root must be creatable
-                    store.fs.makedirs(store.root, exist_ok=True)  # type: ignore[attr-defined]
+                    store.create_root()  # type: ignore[attr-defined]
                 if backend.kind == "mlflow":  # an MlflowStore (open_store is typed for every kind)
                     _ = store.experiment_id  # type: ignore[attr-defined]
             except Exception as e:

@@ -128,6 +128,10 @@ class FsspecStore(EdgeQueries, TrackerBase):
         self._edges_written: set[Edge] = set()
         self._scanned: dict[str, list[Edge]] = {}  # unindexed run dirs read once by this object
 
+    def create_root(self) -> None:
+        """Writer: make the root exist (readers never create it); raises when it cannot be created."""
+        self.fs.makedirs(self.root, exist_ok=True)
+
     def __repr__(self) -> str:
         return f"FsspecStore(root={self.url!r})"
 
