@@ -82,16 +82,41 @@ def test_deadline_cancels_the_app_and_reports_timeout():
     assert hook.cancelled == [HANDLE]
 
 
+class DeferredTI:
+    """The ``task_instance`` the triggerer gives a trigger (the fields on_kill needs)."""
+
+    dag_id, run_id, task_id, map_index = "dag", "run", "run_task", -1
+
+
 @pytest.mark.parametrize(
-    ("state", "cancel_on_kill", "cancelled"),
-    [(AppState.RUNNING, True, [HANDLE]), (AppState.SUCCEEDED, True, []), (AppState.RUNNING, False, [])],
+    ("state", "ti_state", "cancel_on_kill", "cancelled"),
+    [
+        (AppState.RUNNING, "failed", True, [HANDLE]),
+        (AppState.RUNNING, None, True, [HANDLE]),  # cleared
+        (AppState.SUCCEEDED, "failed", True, []),
+        (AppState.RUNNING, "failed", False, []),
+        (AppState.RUNNING, "deferred", True, []),  # the trigger moved to another triggerer
+    ],
 )
-def test_on_kill_cancels_only_a_running_app_of_its_own(state, cancel_on_kill, cancelled):
+def test_on_kill_cancels_only_a_running_app_of_its_own_whose_task_was_killed(
+    monkeypatch, state, ti_state, cancel_on_kill, cancelled
+):
+    # the API server's answer, which only a triggerer's supervisor can give (tests/slurm has the real one)
+    monkeypatch.setattr("torchx_airflow.kills.read_task_state", lambda key: (ti_state, True))
     hook = ScriptedHook([state])
     trigger = TorchXAppTrigger(HANDLE, cancel_on_kill=cancel_on_kill)
+    trigger.task_instance = DeferredTI()
     trigger._hook = lambda: hook  # type: ignore[method-assign]
     asyncio.run(trigger.on_kill())
     assert hook.cancelled == cancelled
+
+
+def test_on_kill_outside_a_triggerer_cannot_read_the_state_and_cancels_nothing():
+    hook = ScriptedHook([AppState.RUNNING])
+    trigger = TorchXAppTrigger(HANDLE)
+    trigger._hook = lambda: hook  # type: ignore[method-assign]
+    asyncio.run(trigger.on_kill())
+    assert hook.cancelled == []
 
 
 def test_a_cancelled_run_never_cancels_the_app():

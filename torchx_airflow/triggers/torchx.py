@@ -10,9 +10,12 @@ a Kubernetes API call) never blocks the triggerer's event loop. The trigger yiel
                                                                cancelled only with cancel_on_kill)
     {"status": "error", "app_handle", "message"}               status kept failing (retry policy)
 
-Killing the task (marking it failed or cleared) calls ``on_kill``, which cancels the app after
-checking it is not already terminal. A triggerer restart or reassignment does not call ``on_kill``
-and never cancels anything: the next triggerer picks the trigger up from its serialized form.
+Killing the task (marking it failed or success, clearing it) calls ``on_kill``, which cancels the
+app after checking it is not already terminal. A triggerer restart never cancels anything: the next
+triggerer picks the trigger up from its serialized form. A trigger moved to another triggerer (this
+one's heartbeat went stale) gets ``on_kill`` too, with the message of a user's kill: ``on_kill``
+asks the API server for the task instance's state and cancels only if the task was really killed
+(``torchx_airflow.kills``).
 A trigger with ``cancel_on_kill=False`` (a sensor's: it watches an app it did not launch) never
 cancels anything, neither when the task is killed nor when its deadline passes.
 """
@@ -233,9 +236,29 @@ class TorchXAppTrigger(BaseTrigger):
         }
 
     async def on_kill(self) -> None:
-        """The user killed the task: cancel the app unless it is already terminal."""
+        """Cancel the app if the task was really killed (marked failed or success, cleared) and the app
+        is not already terminal.
+
+        Airflow 3.3 calls this also for a trigger that moved to another triggerer (this one's
+        heartbeat went stale): the task instance is then still ``deferred`` and another triggerer
+        waits on the app, so it is left alone; so it is when the state cannot be read
+        (``torchx_airflow.kills``).
+        """
         if not self.cancel_on_kill:
             return
+        from torchx_airflow.kills import TaskInstanceKey, kill_verdict
+
+        key = TaskInstanceKey.of(getattr(self, "task_instance", None))
+        verdict = await asyncio.to_thread(kill_verdict, key)
+        if not verdict.cancel:
+            self.log.warning(
+                "Trigger cancelled, but not cancelling TorchX app %s: %s. It is left running for the "
+                "trigger or try that waits on it now.",
+                self.app_handle,
+                verdict.reason,
+            )
+            return
+        self.log.info("Task killed (%s)", verdict.reason)
         hook = self._hook()
         try:
             status = await asyncio.to_thread(hook.status, self.app_handle)
