@@ -20,6 +20,7 @@ a cancelled multi-day training cannot be given back.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,8 @@ KILLED_STATES = frozenset({"failed", "success", "skipped", "removed", "upstream_
 # Seconds on_kill waits for the API server's answer. In the worker the kill escalates to SIGKILL
 # 5 s after SIGTERM (the supervisor's escalation delay), and the cancel needs some of them.
 STATE_TIMEOUT = 3.0
+# In the triggerer Airflow gives on_kill [triggerer] on_kill_timeout (30 s by default).
+TRIGGER_STATE_TIMEOUT = 20.0
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,35 @@ def read_task_state(key: TaskInstanceKey) -> tuple[str | None, bool]:
     states = RuntimeTaskInstance.get_task_states(
         dag_id=key.dag_id, task_ids=[key.task_id], run_ids=[key.run_id], map_index=key.map_index
     )
+    return _state_in(states, key)
+
+
+async def aread_task_state(key: TaskInstanceKey) -> tuple[str | None, bool]:
+    """``read_task_state`` on the triggerer's event loop, through its supervisor channel."""
+    from airflow.sdk.execution_time import task_runner
+    from airflow.sdk.execution_time.comms import GetTaskStates
+
+    request = GetTaskStates(
+        dag_id=key.dag_id, task_ids=[key.task_id], run_ids=[key.run_id], map_index=key.map_index
+    )
+    response = await task_runner.SUPERVISOR_COMMS.asend(request)
+    return _state_in(getattr(response, "task_states", None) or {}, key)
+
+
+async def akill_verdict(key: TaskInstanceKey | None, timeout: float = TRIGGER_STATE_TIMEOUT) -> KillVerdict:
+    """``kill_verdict`` for a trigger, asked on the triggerer's event loop."""
+    if key is None:
+        return KillVerdict(False, "this process does not know its task instance, so its state cannot be read")
+    try:
+        state, found = await asyncio.wait_for(aread_task_state(key), timeout)
+    except asyncio.TimeoutError:
+        return KillVerdict(False, f"the task instance's state could not be read within {timeout} s")
+    except Exception as e:
+        return KillVerdict(False, f"the task instance's state could not be read ({type(e).__name__}: {e})")
+    return verdict_for_state(state, found)
+
+
+def _state_in(states: Any, key: TaskInstanceKey) -> tuple[str | None, bool]:
     of_run = states.get(key.run_id) or {}
     if key.state_key not in of_run:
         return None, False

@@ -102,7 +102,10 @@ def test_on_kill_cancels_only_a_running_app_of_its_own_whose_task_was_killed(
     monkeypatch, state, ti_state, cancel_on_kill, cancelled
 ):
     # the API server's answer, which only a triggerer's supervisor can give (tests/slurm has the real one)
-    monkeypatch.setattr("torchx_airflow.kills.read_task_state", lambda key: (ti_state, True))
+    async def answer(key):
+        return ti_state, True
+
+    monkeypatch.setattr("torchx_airflow.kills.aread_task_state", answer)
     hook = ScriptedHook([state])
     trigger = TorchXAppTrigger(HANDLE, cancel_on_kill=cancel_on_kill)
     trigger.task_instance = DeferredTI()

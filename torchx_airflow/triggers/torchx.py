@@ -246,10 +246,9 @@ class TorchXAppTrigger(BaseTrigger):
         """
         if not self.cancel_on_kill:
             return
-        from torchx_airflow.kills import TaskInstanceKey, kill_verdict
+        from torchx_airflow.kills import TaskInstanceKey, akill_verdict
 
-        key = TaskInstanceKey.of(getattr(self, "task_instance", None))
-        verdict = await asyncio.to_thread(kill_verdict, key)
+        verdict = await akill_verdict(TaskInstanceKey.of(getattr(self, "task_instance", None)))
         if not verdict.cancel:
             self.log.warning(
                 "Trigger cancelled, but not cancelling TorchX app %s: %s. It is left running for the "
