@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,8 +32,17 @@ KILLED_STATES = frozenset({"failed", "success", "skipped", "removed", "upstream_
 # Seconds on_kill waits for the API server's answer. In the worker the kill escalates to SIGKILL
 # 5 s after SIGTERM (the supervisor's escalation delay), and the cancel needs some of them.
 STATE_TIMEOUT = 3.0
-# In the triggerer Airflow gives on_kill [triggerer] on_kill_timeout (30 s by default).
-TRIGGER_STATE_TIMEOUT = 20.0
+# In the triggerer Airflow gives on_kill ``[triggerer] on_kill_timeout`` (30 s by default); the
+# question may use all of it but what the cancel itself needs (a status query and ``scancel``).
+CANCEL_SECONDS = 5.0
+# The triggerer's supervisor answers a trigger's question through an in-process Execution API that it
+# builds on the first question it gets (``InProcessExecutionAPI.transport`` and ``.app``: the FastAPI
+# app and its DAG bag). That first answer took 18 s on a loaded 2-core host (1-3 s idle), blocking the
+# supervisor meanwhile; every later one takes milliseconds. A trigger asks once when it starts (the
+# answer is not used) so that the question its on_kill asks finds the API built.
+_warmups: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task[None]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 @dataclass(frozen=True)
@@ -103,8 +113,37 @@ async def aread_task_state(key: TaskInstanceKey) -> tuple[str | None, bool]:
     return _state_in(getattr(response, "task_states", None) or {}, key)
 
 
-async def akill_verdict(key: TaskInstanceKey | None, timeout: float = TRIGGER_STATE_TIMEOUT) -> KillVerdict:
-    """``kill_verdict`` for a trigger, asked on the triggerer's event loop."""
+def trigger_state_timeout() -> float:
+    """Seconds a trigger's ``on_kill`` waits for the state: Airflow's ``[triggerer] on_kill_timeout``
+    less what the cancel needs."""
+    from airflow.configuration import conf
+
+    return max(1.0, conf.getfloat("triggerer", "on_kill_timeout", fallback=30.0) - CANCEL_SECONDS)
+
+
+def warm_state_channel(key: TaskInstanceKey | None) -> None:
+    """Ask ``key``'s state once per event loop in the background (the answer is not used), so that the
+    triggerer's supervisor has built its in-process Execution API before an ``on_kill`` needs an answer.
+    """
+    if key is None:
+        return
+    loop = asyncio.get_running_loop()
+    if loop not in _warmups:
+        _warmups[loop] = loop.create_task(_warm(key), name="torchx-kill-verdict-warmup")
+
+
+async def _warm(key: TaskInstanceKey) -> None:
+    try:
+        await aread_task_state(key)
+    except Exception:  # outside a triggerer, or the supervisor is away: on_kill will say so itself
+        pass
+
+
+async def akill_verdict(key: TaskInstanceKey | None, timeout: float | None = None) -> KillVerdict:
+    """``kill_verdict`` for a trigger, asked on the triggerer's event loop (``timeout``: by default
+    ``trigger_state_timeout()``)."""
+    if timeout is None:
+        timeout = trigger_state_timeout()
     if key is None:
         return KillVerdict(False, "this process does not know its task instance, so its state cannot be read")
     try:

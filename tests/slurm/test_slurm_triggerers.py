@@ -57,12 +57,22 @@ def _logged(stack: AirflowStack, text: str) -> bool:
     return False
 
 
+def _trigger_logged(stack: AirflowStack, triggerer_id: int, text: str) -> bool:
+    """Whether the log of a trigger run by the triggerer ``triggerer_id`` holds ``text``."""
+    return any(
+        text in path.read_text(errors="replace")
+        for path in (stack.home / "logs").rglob(f"*.log.trigger.{triggerer_id}.log")
+    )
+
+
 def test_a_trigger_moved_off_a_stalled_triggerer_keeps_its_job_and_completes_on_the_other(stack):
     before = last_job_id()
     run = stack.trigger("slurm_deferred", {"seconds": 40})
     stack.wait_ti("slurm_deferred", run, "run", ("deferred",), timeout=120)
     handle = wait_handle(stack, "slurm_deferred", run)
     stalled = _wait(lambda: _trigger_owner(stack), "the triggerer picking up the trigger", 60)
+    # stall it mid-wait: its trigger runs and shows the job's log lines
+    _wait(lambda: _trigger_logged(stack, stalled, "[python/0] line"), "the trigger waiting on the job", 120)
     stack.script("start", "triggerer-2")
     pgid = int((stack.home / "stack" / "triggerer.pid").read_text())
     os.killpg(pgid, signal.SIGSTOP)  # the whole triggerer: its supervisor and its trigger runner
@@ -78,7 +88,7 @@ def test_a_trigger_moved_off_a_stalled_triggerer_keeps_its_job_and_completes_on_
     _wait(
         lambda: _logged(stack, f"not cancelling TorchX app {handle}: the task instance is still 'deferred'"),
         "the trigger's verdict",
-        30,
+        40,  # on_kill may wait [triggerer] on_kill_timeout less 5 s for the answer (kills.py)
     )
     time.sleep(2)
     assert job_state(handle).startswith(("RUNNING", "PENDING", "COMPLETED")), job_state(handle)

@@ -48,3 +48,10 @@ def test_a_state_query_that_never_answers_is_given_up_in_time(monkeypatch):
     assert time.monotonic() - started < 5
     assert not verdict.cancel and "within 0.3 s" in verdict.reason
     blocked.set()
+
+
+def test_a_trigger_waits_for_the_state_as_long_as_airflows_on_kill_timeout_allows(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT", "60")
+    assert kills.trigger_state_timeout() == 60 - kills.CANCEL_SECONDS
+    monkeypatch.setenv("AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT", "2")
+    assert kills.trigger_state_timeout() == 1.0

@@ -162,3 +162,31 @@ def test_an_event_waits_for_the_settle_time_after_the_trigger_started(monkeypatc
     events = _events(TorchXAppTrigger(HANDLE, poll_interval=0.01), hook)
     assert [e["status"] for e in events] == ["terminal"]
     assert time.monotonic() - started >= 0.5
+
+
+def test_triggers_ask_their_state_once_per_process_before_any_kill(monkeypatch):
+    """The triggerer's supervisor builds its Execution API on the first question (18 s on a loaded
+    host): the triggers ask once when they start, so that on_kill's question is answered at once."""
+    asked: list[str] = []
+
+    async def answer(key):
+        asked.append(key.task_id)
+        return "deferred", True
+
+    monkeypatch.setattr("torchx_airflow.kills.aread_task_state", answer)
+    hook = ScriptedHook([AppState.RUNNING, AppState.SUCCEEDED])
+
+    async def two_triggers():
+        triggers = [TorchXAppTrigger(f"slurm://torchx/{n}", poll_interval=0.01) for n in (1, 2)]
+        for trigger in triggers:
+            trigger.task_instance = DeferredTI()
+            trigger._hook = lambda: hook  # type: ignore[method-assign]
+
+        async def drain(trigger):
+            return [event async for event in trigger.run()]
+
+        await asyncio.gather(*(drain(trigger) for trigger in triggers))
+
+    monkeypatch.setattr("torchx_airflow.triggers.torchx.SETTLE_SECONDS", 0.0)
+    asyncio.run(two_triggers())
+    assert asked == ["run_task"]

@@ -120,6 +120,10 @@ class TorchXAppTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from torchx_airflow.triggers.poller import shared_poller
 
+        if self.cancel_on_kill:  # so that on_kill's question about the task instance is answered at once
+            from torchx_airflow.kills import TaskInstanceKey, warm_state_channel
+
+            warm_state_channel(TaskInstanceKey.of(getattr(self, "task_instance", None)))
         # Every trigger of this process waiting on the same connection and scheduler shares one
         # batched status query per interval (triggers/poller.py).
         started = time.monotonic()
@@ -241,8 +245,9 @@ class TorchXAppTrigger(BaseTrigger):
 
         Airflow 3.3 calls this also for a trigger that moved to another triggerer (this one's
         heartbeat went stale): the task instance is then still ``deferred`` and another triggerer
-        waits on the app, so it is left alone; so it is when the state cannot be read
-        (``torchx_airflow.kills``).
+        waits on the app, so it is left alone; so it is when the state cannot be read within
+        ``[triggerer] on_kill_timeout`` less 5 s (``torchx_airflow.kills``). ``run`` asked the state
+        once already, so the triggerer's supervisor has its Execution API built and answers at once.
         """
         if not self.cancel_on_kill:
             return
