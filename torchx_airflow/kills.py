@@ -37,7 +37,7 @@ STATE_TIMEOUT = 3.0
 CANCEL_SECONDS = 5.0
 # The triggerer's supervisor answers a trigger's question through an in-process Execution API that it
 # builds on the first question it gets (``InProcessExecutionAPI.transport`` and ``.app``: the FastAPI
-# app and its DAG bag). That first answer took 18 s on a loaded 2-core host (1-3 s idle), blocking the
+# app and its DAG bag). That first answer took 18.5 s on a 2-core host at a load of 18, blocking the
 # supervisor meanwhile; every later one takes milliseconds. A trigger asks once when it starts (the
 # answer is not used) so that the question its on_kill asks finds the API built.
 _warmups: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task[None]] = (
