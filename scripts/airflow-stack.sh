@@ -5,7 +5,7 @@
 #   scripts/airflow-stack.sh up                  set up the home, start every service, wait until healthy
 #   scripts/airflow-stack.sh down                stop every service this home started
 #   scripts/airflow-stack.sh start <service>     start one (api-server|scheduler|dag-processor|triggerer|
-#                                                redis|worker-<n>)
+#                                                triggerer-<n>|redis|worker-<n>)
 #   scripts/airflow-stack.sh stop <service> [--kill]   stop one (SIGTERM, or SIGKILL with --kill)
 #   scripts/airflow-stack.sh status              which services run
 #
@@ -25,7 +25,8 @@
 # worker-<n>'s is AIRFLOW_LOG_PORT + n for n >= 2; default 8793), AIRFLOW_ADMIN_PASSWORD (the UI/API
 # login "admin"; default: generated once and kept in the home), EXECUTOR (local|celery),
 # REDIS_PORT (default 6379), CELERY_WORKERS (default 2), AIRFLOW__CELERY__WORKER_CONCURRENCY
-# (task slots per worker, default 4).
+# (task slots per worker, default 4). `start triggerer-<n>` (n >= 2) runs one more triggerer beside
+# `triggerer`, serving its logs on TRIGGERER_LOG_PORT + n - 1 (default: the triggerer's port + n - 1).
 # Pid files and service logs live in $AIRFLOW_HOME/stack/.
 set -euo pipefail
 SCRIPTS="$(cd "$(dirname "$0")" && pwd)"
@@ -131,6 +132,9 @@ start() {
     start_redis
   elif [[ "$service" == worker-* ]]; then
     start_worker "$service"
+  elif [[ "$service" == triggerer-* ]]; then
+    AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT="$((${TRIGGERER_LOG_PORT:-$((LOG_PORT + 1))} + ${service#triggerer-} - 1))" \
+      setsid airflow triggerer >> "$STACK/$service.log" 2>&1 < /dev/null &
   elif [ "$service" = mlflow ]; then
     # uvicorn restarts a worker that misses a health check (5 s by default): too short on a busy machine
     UVICORN_TIMEOUT_WORKER_HEALTHCHECK="${UVICORN_TIMEOUT_WORKER_HEALTHCHECK:-60}" \
@@ -241,7 +245,7 @@ case "${1:-}" in
     ;;
   down)  # whatever this home started, in either mode; the broker once the workers are gone
     workers=()
-    for pid_file in "$STACK"/worker-*.pid; do
+    for pid_file in "$STACK"/worker-*.pid "$STACK"/triggerer-*.pid; do
       [[ -e "$pid_file" && "$pid_file" != *.celery.pid ]] && workers+=("$(basename "$pid_file" .pid)")
     done
     stop TERM "${workers[@]}" api-server scheduler dag-processor triggerer mlflow

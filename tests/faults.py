@@ -7,6 +7,8 @@ A fault is a file in the fault directory, read and updated by the shims themselv
 ``after_sbatch`` a shell snippet run right after a successful ``sbatch`` (e.g. stop a tracker server).
 ``kill_poller`` present: the first status command after it was armed SIGKILLs the process that ran
                 it (the task process polling its app), then the file is removed.
+``hold_tasks``  a number N: status commands run by a task process (not the triggerer) sleep N
+                seconds first, so a test can catch a task mid-wait (e.g. a deferred task resuming).
 ``kill_submitter`` present: the next ``sbatch`` submits the job, then SIGKILLs the process that ran
                 it before it can read the job id (the task process submitting), then the file is
                 removed.
@@ -33,6 +35,13 @@ if [ "{name}" != sbatch ]; then
     rm -f "$faults/kill_poller"; flock -u 9
     echo "killed $PPID" >> "$faults/calls.log"
     kill -9 "$PPID"; exit 1
+  fi
+  hold=$(cat "$faults/hold_tasks" 2>/dev/null || true)
+  if [ -n "$hold" ] && tr '\0' ' ' < "/proc/$PPID/cmdline" 2>/dev/null | grep -q '^airflow worker -- '; then
+    flock -u 9
+    echo "held $PPID" >> "$faults/calls.log"
+    sleep "$hold"
+    flock 9
   fi
   n=$(cat "$faults/fail" 2>/dev/null || echo 0)
   if [ "${{n:-0}}" -gt 0 ]; then
@@ -77,6 +86,9 @@ class CommandFaults:
     def after_sbatch(self, snippet: str) -> None:
         (self.root / "after_sbatch").write_text(snippet)
 
+    def hold_tasks(self, seconds: float) -> None:
+        (self.root / "hold_tasks").write_text(str(seconds))
+
     def kill_next_poller(self) -> None:
         (self.root / "kill_poller").touch()
 
@@ -84,7 +96,7 @@ class CommandFaults:
         (self.root / "kill_submitter").touch()
 
     def clear(self) -> None:
-        for name in ("fail", "after_sbatch", "kill_poller", "kill_submitter", "calls.log"):
+        for name in ("fail", "hold_tasks", "after_sbatch", "kill_poller", "kill_submitter", "calls.log"):
             (self.root / name).unlink(missing_ok=True)
 
     def calls(self) -> list[str]:

@@ -103,3 +103,18 @@ class TorchXAppLostError(TorchXError):
             "scheduler knows it again, and submits it anew otherwise."
         )
         self.app_handle = app_handle
+
+
+class TorchXWaitInterruptedError(TorchXError):
+    """The process waiting for an app is going away (SIGTERM) while the app runs on.
+
+    Retryable on purpose: the app is left running, and the task's next try reattaches to it.
+    """
+
+    def __init__(self, app_handle: str, reason: str) -> None:
+        super().__init__(
+            f"Stopped waiting for TorchX app {app_handle!r} because this process was asked to stop and "
+            f"{reason}. The app is left running: the task's next try reattaches to it (give the task "
+            "retries), or cancel it by hand."
+        )
+        self.app_handle = app_handle

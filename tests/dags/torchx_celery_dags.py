@@ -1,6 +1,7 @@
-"""A DAG for the CeleryExecutor test (tests/e2e/test_celery_rest.py): the pipeline's ``prepare`` step,
-then a ``train`` step that waits for its Slurm job in the worker (not deferrable), with one retry.
-When the worker running ``train`` dies, the retry runs on another worker and reattaches to the job.
+"""DAGs for the CeleryExecutor tests (tests/e2e/test_celery_rest.py, test_celery_kills.py): the
+pipeline's ``prepare`` step, then a ``train`` step with one retry that waits for its Slurm job in the
+worker (``celery_reattach``) or in the triggerer (``celery_reattach_deferred``). When the worker
+running ``train`` dies or is stopped, the retry runs on another worker and reattaches to the job.
 
 Both steps run on Slurm through ``torchx_default`` (so its trackers record them and the edge between
 them); ``seconds`` in the run's conf is how long the train job runs.
@@ -49,6 +50,30 @@ with DAG(
         task_id="train",
         component_args=TRAIN_ARGS,
         deferrable=False,
+        retries=1,
+        retry_delay=timedelta(seconds=1),
+        **STEP,
+    )
+    prepare >> train
+
+with DAG(
+    dag_id="celery_reattach_deferred",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["torchx", "celery-tests"],
+    doc_md="The same two steps, ``train`` waiting in the triggerer: its resume runs on a worker.",
+):
+    prepare = TorchXOperator(
+        task_id="prepare",
+        component_args=["--script", PREPARE, "--", "--out", f"{RUN_DIR}/prepare", "--rows", "25"],
+        deferrable=True,
+        **STEP,
+    )
+    train = TorchXOperator(
+        task_id="train",
+        component_args=TRAIN_ARGS,
+        deferrable=True,
         retries=1,
         retry_delay=timedelta(seconds=1),
         **STEP,

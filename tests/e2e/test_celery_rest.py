@@ -9,12 +9,14 @@ retry runs on the other worker, reattaches to the same job, and lineage and XCom
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import socket
 import subprocess
 import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -67,6 +69,13 @@ def _consecutive_free_ports(count: int, avoid: set[int]) -> int:
 @pytest.fixture(scope="module")
 def celery_stack(slurm_cluster, tmp_path_factory):  # noqa: F811
     """`scripts/airflow-stack.sh up` with EXECUTOR=celery on free loopback ports, stopped afterwards."""
+    with celery_airflow(tmp_path_factory) as stack:
+        yield stack
+
+
+@contextlib.contextmanager
+def celery_airflow(tmp_path_factory, **env: str) -> Iterator[AirflowStack]:
+    """The Celery stack of this module (``env`` added to its services' environment), stopped after."""
     if shutil.which("redis-server") is None and os.geteuid() != 0:
         pytest.skip("redis-server is not installed and scripts/install-redis.sh needs root to install it")
     home = tmp_path_factory.mktemp("celery-airflow")
@@ -93,6 +102,7 @@ def celery_stack(slurm_cluster, tmp_path_factory):  # noqa: F811
             # a SIGKILLed worker's task is noticed after 20 s instead of 5 min
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
+            **env,
         },
     )
     with stack.running():

@@ -8,13 +8,15 @@ MLflow, s3fs or docker module.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import ResumableJobMixin
 from airflow.sdk.configuration import conf
+from airflow.sdk.exceptions import AirflowTaskTimeout
 
 from torchx_airflow.apps import SUCCEEDED, role_replicas
 from torchx_airflow.assets import check_artifact_assets
@@ -23,6 +25,7 @@ from torchx_airflow.exceptions import (
     TorchXAppLostError,
     TorchXAppNotFoundError,
     TorchXConfigError,
+    TorchXWaitInterruptedError,
 )
 from torchx_airflow.links.torchx import TorchXAppLink, TorchXTrackerLink
 from torchx_airflow.operators.dryrun import XCOM_APP_HANDLE, TorchXDryRunOperator
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
     from torchx.tracker.api import TrackerBase
 
     from torchx_airflow.durable import DurableSubmission
+    from torchx_airflow.kills import TaskInstanceKey
 
 
 # App states worth reattaching to; UNKNOWN is what some schedulers report right after submission.
@@ -60,8 +64,14 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
     The return value is ``{app_handle, state, msg, structured_error_msg, num_restarts, ui_url,
     roles: {role: [replica states]}, metadata, artifacts: {name: {name, path, metadata}}, sources}``,
     ``metadata``/``artifacts``/``sources`` read from the first tracker when the app ends. The task
-    fails with ``TorchXAppFailedError`` unless the app SUCCEEDED. Killing the task cancels the app,
-    also while it waits in the triggerer; ``execution_timeout`` cancels it too.
+    fails with ``TorchXAppFailedError`` unless the app SUCCEEDED.
+
+    Killing the task (marking it failed or success, clearing it) cancels the app, also while it waits
+    in the triggerer; ``execution_timeout`` cancels it too. The worker (or triggerer) running the wait
+    going away does not: a SIGTERM while the task instance is still running (a deploy, a pod
+    eviction, ``systemctl stop``) leaves the app for the next try to reattach, and a wait in the
+    worker ends at once with the retryable ``TorchXWaitInterruptedError`` (see
+    :mod:`torchx_airflow.kills`).
 
     :param wait_for_completion: wait until the app is terminal (default). With False the task
         returns after submission; a ``TorchXAppSensor`` can wait on the handle instead.
@@ -119,12 +129,16 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         self._status: AppStatus | None = None
         self._result: dict[str, Any] | None = None
         self._submitted_here = False
+        self._task_instance: TaskInstanceKey | None = None
+        self._timed_out = False
+        self._waiting = False
 
     def execute(self, context: Context) -> dict[str, Any]:
         self._check_waitable()
         try:
-            self._recover_submission(context)
-            return self.execute_resumable(context)
+            with self._killable(context):
+                self._recover_submission(context)
+                return self.execute_resumable(context)
         finally:
             self.hook.close()
 
@@ -212,7 +226,8 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
             self._status = status
             self._print_logs(app_handle, {})
         else:
-            self._status = self.wait(app_handle, self._app)
+            with self._waiting_for_app():
+                self._status = self.wait(app_handle, self._app)
         return self.get_job_result(app_handle, context)
 
     def get_job_result(self, external_id: Any, context: Context) -> dict[str, Any]:
@@ -294,22 +309,27 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
         """Resume after the trigger's event: show the app's logs, then succeed or fail with its state."""
+        try:
+            with self._killable(context):
+                return self._resume(context, event)
+        finally:
+            self.hook.close()
+
+    def _resume(self, context: Context, event: dict[str, Any] | None) -> dict[str, Any]:
         from torchx_airflow.triggers.torchx import read_event
 
         try:
-            try:
-                kind, app_handle, status = read_event(event)
-            except TorchXAppNotFoundError as e:  # known when deferred: retryable, the next try reattaches
-                raise TorchXAppLostError(e.app_handle) from e
-            self._app_handle = app_handle
+            kind, app_handle, status = read_event(event)
+        except TorchXAppNotFoundError as e:  # known when deferred: retryable, the next try reattaches
+            raise TorchXAppLostError(e.app_handle) from e
+        self._app_handle = app_handle
+        with self._waiting_for_app():
             self._print_logs(app_handle, event)
-            if kind == "timeout":
-                raise TorchXAppFailedError(
-                    app_handle, status.get("state", "CANCELLED"), status.get("message", ""), "", {}
-                )
-            return self._finish(app_handle, status, True, context)
-        finally:
-            self.hook.close()
+        if kind == "timeout":
+            raise TorchXAppFailedError(
+                app_handle, status.get("state", "CANCELLED"), status.get("message", ""), "", {}
+            )
+        return self._finish(app_handle, status, True, context)
 
     def _print_logs(self, app_handle: str, event: dict[str, Any] | None) -> None:
         if not self.stream_logs:
@@ -325,12 +345,62 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
             max_lines=self.max_log_lines,
         )
 
+    # killing (torchx_airflow.kills)
+
+    @contextlib.contextmanager
+    def _killable(self, context: Context) -> Iterator[None]:
+        """Remember which task instance this is (``on_kill`` asks its state) and whether
+        ``execution_timeout`` ended it (Airflow raises ``AirflowTaskTimeout`` here, then calls
+        ``on_kill``)."""
+        from torchx_airflow.kills import TaskInstanceKey
+
+        self._task_instance = TaskInstanceKey.of(context["ti"])
+        try:
+            yield
+        except AirflowTaskTimeout:
+            self._timed_out = True
+            raise
+
+    @contextlib.contextmanager
+    def _waiting_for_app(self) -> Iterator[None]:
+        """While only waiting (polling, reading logs): a SIGTERM that is no kill may end it at once."""
+        self._waiting = True
+        try:
+            yield
+        finally:
+            self._waiting = False
+
     def on_kill(self) -> None:
-        """Cancel the app when the task is killed (marked failed, cleared, or timed out)."""
+        """Cancel the app when the task is killed: marked failed or success, cleared, or past its
+        ``execution_timeout``; never when only this process is going away (a SIGTERM while the task
+        instance is still running): then the app is left for the next try to reattach.
+
+        Airflow calls this from its SIGTERM handler, whoever sent the signal, so the task instance's
+        state in the API server decides (``kills.kill_verdict``); when it cannot be read, nothing is
+        cancelled. A wait under way ends with ``TorchXWaitInterruptedError`` (retryable), so the
+        worker's shutdown is not held up and the next try starts at once.
+        """
         if self._app_handle is None:
+            return  # nothing submitted yet
+        from torchx_airflow.kills import KillVerdict, kill_verdict
+
+        if self._timed_out:
+            verdict = KillVerdict(True, "its execution_timeout passed")
+        else:
+            verdict = kill_verdict(self._task_instance)
+        if verdict.cancel:
+            self.log.info("Task killed (%s): cancelling TorchX app %s", verdict.reason, self._app_handle)
+            self.hook.cancel(self._app_handle)
             return
-        self.log.info("Task killed: cancelling TorchX app %s", self._app_handle)
-        self.hook.cancel(self._app_handle)
+        self.log.warning(
+            "Asked to stop, but not cancelling TorchX app %s: %s. It is left running for the next try "
+            "to reattach.",
+            self._app_handle,
+            verdict.reason,
+        )
+        if self._waiting:  # once: a process group's SIGTERM comes twice (its own and the supervisor's)
+            self._waiting = False
+            raise TorchXWaitInterruptedError(self._app_handle, verdict.reason)
 
     # OpenLineage (apache-airflow-providers-openlineage calls these; see torchx_airflow.openlineage)
 

@@ -10,9 +10,12 @@ a Kubernetes API call) never blocks the triggerer's event loop. The trigger yiel
                                                                cancelled only with cancel_on_kill)
     {"status": "error", "app_handle", "message"}               status kept failing (retry policy)
 
-Killing the task (marking it failed or cleared) calls ``on_kill``, which cancels the app after
-checking it is not already terminal. A triggerer restart or reassignment does not call ``on_kill``
-and never cancels anything: the next triggerer picks the trigger up from its serialized form.
+Killing the task (marking it failed or success, clearing it) calls ``on_kill``, which cancels the
+app after checking it is not already terminal. A triggerer restart never cancels anything: the next
+triggerer picks the trigger up from its serialized form. A trigger moved to another triggerer (this
+one's heartbeat went stale) gets ``on_kill`` too, with the message of a user's kill: ``on_kill``
+asks the API server for the task instance's state and cancels only if the task was really killed
+(``torchx_airflow.kills``).
 A trigger with ``cancel_on_kill=False`` (a sensor's: it watches an app it did not launch) never
 cancels anything, neither when the task is killed nor when its deadline passes.
 """
@@ -117,6 +120,10 @@ class TorchXAppTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from torchx_airflow.triggers.poller import shared_poller
 
+        if self.cancel_on_kill:  # so that on_kill's question about the task instance is answered at once
+            from torchx_airflow.kills import TaskInstanceKey, warm_state_channel
+
+            warm_state_channel(TaskInstanceKey.of(getattr(self, "task_instance", None)))
         # Every trigger of this process waiting on the same connection and scheduler shares one
         # batched status query per interval (triggers/poller.py).
         started = time.monotonic()
@@ -233,9 +240,29 @@ class TorchXAppTrigger(BaseTrigger):
         }
 
     async def on_kill(self) -> None:
-        """The user killed the task: cancel the app unless it is already terminal."""
+        """Cancel the app if the task was really killed (marked failed or success, cleared) and the app
+        is not already terminal.
+
+        Airflow 3.3 calls this also for a trigger that moved to another triggerer (this one's
+        heartbeat went stale): the task instance is then still ``deferred`` and another triggerer
+        waits on the app, so it is left alone; so it is when the state cannot be read within
+        ``[triggerer] on_kill_timeout`` less 5 s (``torchx_airflow.kills``). ``run`` asked the state
+        once already, so the triggerer's supervisor has its Execution API built and answers at once.
+        """
         if not self.cancel_on_kill:
             return
+        from torchx_airflow.kills import TaskInstanceKey, akill_verdict
+
+        verdict = await akill_verdict(TaskInstanceKey.of(getattr(self, "task_instance", None)))
+        if not verdict.cancel:
+            self.log.warning(
+                "Trigger cancelled, but not cancelling TorchX app %s: %s. It is left running for the "
+                "trigger or try that waits on it now.",
+                self.app_handle,
+                verdict.reason,
+            )
+            return
+        self.log.info("Task killed (%s)", verdict.reason)
         hook = self._hook()
         try:
             status = await asyncio.to_thread(hook.status, self.app_handle)

@@ -82,16 +82,44 @@ def test_deadline_cancels_the_app_and_reports_timeout():
     assert hook.cancelled == [HANDLE]
 
 
+class DeferredTI:
+    """The ``task_instance`` the triggerer gives a trigger (the fields on_kill needs)."""
+
+    dag_id, run_id, task_id, map_index = "dag", "run", "run_task", -1
+
+
 @pytest.mark.parametrize(
-    ("state", "cancel_on_kill", "cancelled"),
-    [(AppState.RUNNING, True, [HANDLE]), (AppState.SUCCEEDED, True, []), (AppState.RUNNING, False, [])],
+    ("state", "ti_state", "cancel_on_kill", "cancelled"),
+    [
+        (AppState.RUNNING, "failed", True, [HANDLE]),
+        (AppState.RUNNING, None, True, [HANDLE]),  # cleared
+        (AppState.SUCCEEDED, "failed", True, []),
+        (AppState.RUNNING, "failed", False, []),
+        (AppState.RUNNING, "deferred", True, []),  # the trigger moved to another triggerer
+    ],
 )
-def test_on_kill_cancels_only_a_running_app_of_its_own(state, cancel_on_kill, cancelled):
+def test_on_kill_cancels_only_a_running_app_of_its_own_whose_task_was_killed(
+    monkeypatch, state, ti_state, cancel_on_kill, cancelled
+):
+    # the API server's answer, which only a triggerer's supervisor can give (tests/slurm has the real one)
+    async def answer(key):
+        return ti_state, True
+
+    monkeypatch.setattr("torchx_airflow.kills.aread_task_state", answer)
     hook = ScriptedHook([state])
     trigger = TorchXAppTrigger(HANDLE, cancel_on_kill=cancel_on_kill)
+    trigger.task_instance = DeferredTI()
     trigger._hook = lambda: hook  # type: ignore[method-assign]
     asyncio.run(trigger.on_kill())
     assert hook.cancelled == cancelled
+
+
+def test_on_kill_outside_a_triggerer_cannot_read_the_state_and_cancels_nothing():
+    hook = ScriptedHook([AppState.RUNNING])
+    trigger = TorchXAppTrigger(HANDLE)
+    trigger._hook = lambda: hook  # type: ignore[method-assign]
+    asyncio.run(trigger.on_kill())
+    assert hook.cancelled == []
 
 
 def test_a_cancelled_run_never_cancels_the_app():
@@ -134,3 +162,31 @@ def test_an_event_waits_for_the_settle_time_after_the_trigger_started(monkeypatc
     events = _events(TorchXAppTrigger(HANDLE, poll_interval=0.01), hook)
     assert [e["status"] for e in events] == ["terminal"]
     assert time.monotonic() - started >= 0.5
+
+
+def test_triggers_ask_their_state_once_per_process_before_any_kill(monkeypatch):
+    """The triggerer's supervisor builds its Execution API on the first question (18 s on a loaded
+    host): the triggers ask once when they start, so that on_kill's question is answered at once."""
+    asked: list[str] = []
+
+    async def answer(key):
+        asked.append(key.task_id)
+        return "deferred", True
+
+    monkeypatch.setattr("torchx_airflow.kills.aread_task_state", answer)
+    hook = ScriptedHook([AppState.RUNNING, AppState.SUCCEEDED])
+
+    async def two_triggers():
+        triggers = [TorchXAppTrigger(f"slurm://torchx/{n}", poll_interval=0.01) for n in (1, 2)]
+        for trigger in triggers:
+            trigger.task_instance = DeferredTI()
+            trigger._hook = lambda: hook  # type: ignore[method-assign]
+
+        async def drain(trigger):
+            return [event async for event in trigger.run()]
+
+        await asyncio.gather(*(drain(trigger) for trigger in triggers))
+
+    monkeypatch.setattr("torchx_airflow.triggers.torchx.SETTLE_SECONDS", 0.0)
+    asyncio.run(two_triggers())
+    assert asked == ["run_task"]

@@ -1,0 +1,57 @@
+"""Which kills cancel the app (torchx_airflow.kills): the task instance's state decides."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from torchx_airflow import kills
+from torchx_airflow.kills import TaskInstanceKey, kill_verdict, verdict_for_state
+
+KEY = TaskInstanceKey("dag", "run", "train", -1)
+
+
+@pytest.mark.parametrize("state", ["failed", "success", "restarting", None, "removed", "upstream_failed"])
+def test_a_person_or_airflow_ending_the_task_cancels(state):
+    assert verdict_for_state(state).cancel
+
+
+@pytest.mark.parametrize("state", ["running", "deferred", "up_for_retry", "scheduled", "queued"])
+def test_the_waiting_process_going_away_or_a_coming_try_never_cancels(state):
+    verdict = verdict_for_state(state)
+    assert not verdict.cancel and repr(state) in verdict.reason
+
+
+def test_a_deleted_task_instance_cancels():
+    assert verdict_for_state(None, found=False).cancel
+
+
+def test_mapped_task_instances_are_keyed_as_the_api_server_answers():
+    assert TaskInstanceKey("d", "r", "train", 3).state_key == "train_3"
+    assert KEY.state_key == "train"
+
+
+def test_outside_airflow_the_state_cannot_be_read_and_nothing_is_cancelled():
+    verdict = kill_verdict(KEY, timeout=5)  # no supervisor in this process
+    assert not verdict.cancel and "could not be read" in verdict.reason
+    assert not kill_verdict(None).cancel
+
+
+def test_a_state_query_that_never_answers_is_given_up_in_time(monkeypatch):
+    """In a SIGTERM handler the interrupted task may hold the supervisor channel: never wait forever."""
+    blocked = threading.Event()
+    monkeypatch.setattr(kills, "read_task_state", lambda key: blocked.wait())
+    started = time.monotonic()
+    verdict = kill_verdict(KEY, timeout=0.3)
+    assert time.monotonic() - started < 5
+    assert not verdict.cancel and "within 0.3 s" in verdict.reason
+    blocked.set()
+
+
+def test_a_trigger_waits_for_the_state_as_long_as_airflows_on_kill_timeout_allows(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT", "60")
+    assert kills.trigger_state_timeout() == 60 - kills.CANCEL_SECONDS
+    monkeypatch.setenv("AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT", "2")
+    assert kills.trigger_state_timeout() == 1.0
