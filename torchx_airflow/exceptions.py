@@ -103,3 +103,8 @@ class TorchXAppLostError(TorchXError):
             "scheduler knows it again, and submits it anew otherwise."
         )
         self.app_handle = app_handle
+
+
+class TorchXSchedulerOutageError(TorchXError):
+    """The scheduler gave no good answer for longer than ``outage_timeout`` (retryable: the app was
+    not touched, and the next try reattaches to it)."""

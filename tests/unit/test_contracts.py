@@ -31,7 +31,9 @@ from torchx_airflow.exceptions import (
     TorchXAppTerminalError,
     TorchXConfigError,
     TorchXError,
+    TorchXSchedulerOutageError,
 )
+from torchx_airflow.hooks.settings import TorchXConnectionSettings
 from torchx_airflow.hooks.torchx import TorchXDryRun
 from torchx_airflow.operators.torchx import TorchXDryRunOperator, TorchXOperator
 from torchx_airflow.sensors.torchx import TorchXAppSensor
@@ -46,6 +48,7 @@ class FakeSchedulerHook:
 
     scheduler = "slurm"
     cfg: dict[str, Any] = {}
+    settings = TorchXConnectionSettings(scheduler="slurm")
 
     def __init__(self, answers: list[Any]) -> None:
         self.answers = list(answers)
@@ -150,6 +153,8 @@ def test_trigger_serializes_to_its_class_path_and_exact_primitive_kwargs():
         cancel_on_kill=False,
         log_replicas={"trainer": 2},
         tracker_conn_ids=["mlflow_default"],
+        outage_timeout=1800,
+        log_offsets={"trainer/0/stdout": 4096},
     )
     assert trigger.serialize() == (
         TRIGGER_PATH,
@@ -162,6 +167,8 @@ def test_trigger_serializes_to_its_class_path_and_exact_primitive_kwargs():
             "cancel_on_kill": False,
             "log_replicas": {"trainer": 2},
             "tracker_conn_ids": ["mlflow_default"],
+            "outage_timeout": 1800.0,
+            "log_offsets": {"trainer/0/stdout": 4096},
         },
     )
 
@@ -185,6 +192,8 @@ def test_deferrable_execute_submits_persists_the_handle_then_defers_to_the_trigg
             "cancel_on_kill": True,
             "log_replicas": None,  # stream_logs=False
             "tracker_conn_ids": [],
+            "outage_timeout": 600.0,  # [torchx] outage_timeout: neither task nor connection sets one
+            "log_offsets": {},
         },
     )
     assert store.values == {"torchx_app_handle": HANDLE}
@@ -198,6 +207,8 @@ def test_a_trigger_serialized_before_live_logs_existed_is_still_re_created():
         **old_kwargs,
         "log_replicas": None,
         "tracker_conn_ids": [],
+        "outage_timeout": None,
+        "log_offsets": {},
     }
 
 
@@ -266,7 +277,7 @@ def test_a_retry_whose_earlier_submission_never_reached_the_scheduler_submits():
 
 
 def test_a_scheduler_that_cannot_tell_fails_the_try_submitting_nothing_and_keeps_the_mark(monkeypatch):
-    monkeypatch.setattr("torchx_airflow.retry._MIN_WAIT", 0.001)
+    monkeypatch.setattr("torchx_airflow.durable._LOOKUP_INTERVAL", 0.01)
     hook = FakeSchedulerHook([AppState.RUNNING])
     hook.found = RuntimeError("squeue failed (exit code 1): slurm_load_jobs error")
     hook.schedule = None  # type: ignore[assignment]
@@ -274,7 +285,7 @@ def test_a_scheduler_that_cannot_tell_fails_the_try_submitting_nothing_and_keeps
     mark = {"token": "t0k3n", "scheduler": "slurm", "since": 1.0}
     store.set("torchx_submission", mark)
     with pytest.raises(TorchXError, match="could not say whether that job exists") as error:
-        _operator(hook, deferrable=True).execute(_context(store))
+        _operator(hook, deferrable=True, outage_timeout=0.2).execute(_context(store))
     assert "squeue failed" in str(error.value) and "state-store/torchx_submission" in str(error.value)
     assert store.values == {"torchx_submission": mark}
 
@@ -357,8 +368,8 @@ def test_status_errors_past_the_policy_fail_the_try_but_keep_the_handle_for_the_
     hook = FakeSchedulerHook([AppState.RUNNING, RuntimeError("down")])
     hook.answers = [AppState.RUNNING] + [RuntimeError("down")] * 10
     store = TaskStateStore()
-    with pytest.raises(RuntimeError, match="down"):
-        _operator(hook).execute(_context(store))
+    with pytest.raises(TorchXSchedulerOutageError, match="has not answered for .* RuntimeError: down"):
+        _operator(hook, outage_timeout=0.1).execute(_context(store))
     assert store.values == {"torchx_app_handle": HANDLE}
 
 
@@ -374,9 +385,10 @@ def test_the_trigger_follows_the_same_retry_policy():
     events = asyncio.run(collect())
     assert [e["status"] for e in events] == ["terminal"] and hook.calls == 3
     hook = FakeSchedulerHook([boom])
+    trigger = TorchXAppTrigger(HANDLE, poll_interval=0.01, outage_timeout=0.1)
     trigger._hook = lambda: hook  # type: ignore[method-assign]
     events = asyncio.run(collect())
-    assert [e["status"] for e in events] == ["error"] and hook.calls == 5
+    assert [e["status"] for e in events] == ["error"] and "outage_timeout" in events[0]["message"]
 
 
 def test_a_sensor_trigger_deadline_reports_timeout_and_cancels_nothing():

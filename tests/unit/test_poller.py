@@ -7,13 +7,14 @@ poller runs against the real Slurm cluster in tests/slurm/test_slurm_shared_poll
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 from typing import Any
 
 import pytest
 from torchx.specs import AppState, AppStatus
 
-from torchx_airflow.triggers.poller import SharedPoller, shared_poller
+from torchx_airflow.triggers.poller import SharedPoller, bisect_statuses, shared_poller
 
 
 class BatchFakeHook:
@@ -127,17 +128,69 @@ def test_a_query_that_keeps_failing_reaches_every_waiting_trigger_and_none_hangs
 
     answers = asyncio.run(main())
     assert all(isinstance(a, RuntimeError) for a in answers)
-    assert len(hook.batches) == 5  # the shared status policy's attempts, once for everyone
+    # nothing answers (an outage): the batch is split only log2(N) + 2 times, not into every handle
+    assert len(hook.batches) <= math.ceil(math.log2(3)) + 2
 
 
-def test_a_few_failed_queries_are_retried_and_nobody_sees_them():
-    handles = _handles(3)
-    hook = BatchFakeHook(dict.fromkeys(handles, AppState.SUCCEEDED), fail_batches=2)
+class PoisonFakeHook(BatchFakeHook):
+    """Fake scheduler whose batched query fails whenever it holds one of the ``poison`` handles,
+    as ``sacct -j 100,١٢٣`` fails for every id when one is not a job id."""
+
+    def __init__(self, states: dict[str, AppState | None], poison: set[str]) -> None:
+        super().__init__(states)
+        self.poison = poison
+
+    def statuses(self, handles: list[str]) -> dict[str, AppStatus | None]:
+        self.batches.append(list(handles))
+        bad = sorted(self.poison.intersection(handles))
+        if bad:
+            raise RuntimeError(f"sacct: Invalid job id specified: {bad[0]}")
+        return {h: self._status(h) for h in handles}
+
+
+@pytest.mark.parametrize("poison_at", [[0], [999], [0, 999], [17, 500, 501]])
+def test_a_failing_batch_is_split_until_the_error_reaches_only_the_bad_handles(poison_at):
+    handles = sorted(_handles(1000))
+    poison = {handles[i] for i in poison_at}
+    hook = PoisonFakeHook(dict.fromkeys(handles, AppState.RUNNING), poison)
+    answers, queries = bisect_statuses(hook.statuses, handles)
+    assert {h for h, a in answers.items() if isinstance(a, Exception)} == poison
+    assert all(answers[h].state == AppState.RUNNING for h in handles if h not in poison)
+    assert queries <= 1 + 2 * len(poison) * math.ceil(math.log2(1000))
+
+
+def test_a_poison_handle_ends_only_its_own_wait_in_the_poller():
+    handles = _handles(50)
+    hook = PoisonFakeHook(dict.fromkeys(handles, AppState.RUNNING), {handles[7]})
 
     async def main():
         return await _first_answers(shared_poller("conn", "slurm", lambda: hook), handles, interval=0.01)
 
-    assert all(a.state == AppState.SUCCEEDED for a in asyncio.run(main()))
+    answers = dict(zip(handles, asyncio.run(main()), strict=True))
+    assert isinstance(answers.pop(handles[7]), RuntimeError)
+    assert all(a.state == AppState.RUNNING for a in answers.values())
+
+
+def test_the_shared_query_never_runs_faster_than_the_floor(monkeypatch):
+    """A deferrable sensor with poke_interval=0 must not make the poller query in a tight loop."""
+    monkeypatch.setenv("AIRFLOW__TORCHX__MIN_POLL_INTERVAL", "0.2")
+    handles = _handles(3)
+    hook = BatchFakeHook(dict.fromkeys(handles, AppState.RUNNING))
+
+    async def main():
+        poller = shared_poller("conn", "slurm", lambda: hook)
+        started = asyncio.get_running_loop().time()
+        async with poller.subscribe(handles[0], 0.0) as sub:
+            for handle in handles[1:]:  # joiners wake the loop: still no faster than the floor
+                async with poller.subscribe(handle, 0.0):
+                    await asyncio.sleep(0)
+            while asyncio.get_running_loop().time() - started < 1.0:
+                await sub.answers.get()
+        return poller
+
+    poller = asyncio.run(main())
+    assert poller.floor == 0.2
+    assert 3 <= len(hook.batches) <= 1.0 / 0.2 + 1
 
 
 @pytest.mark.parametrize("second", [("conn", "kubernetes"), ("other_conn", "slurm")])
@@ -173,3 +226,65 @@ def test_log_file_follower_shows_each_line_once_and_keeps_streams_apart(tmp_path
     again = LogFileFollower(follower.streams, follower.cursor)
     assert again.read_new(locate, final=True) == []
     assert again.cursor == follower.cursor
+
+
+def test_log_file_follower_resumes_from_its_byte_offsets_not_from_byte_0(tmp_path):
+    from torchx_airflow.log_files import LogFileFollower
+
+    log = tmp_path / "out"
+    log.write_text("".join(f"line {i}\n" for i in range(1000)) + "unfin")
+    streams = [("trainer", 0, "stdout")]
+    first = LogFileFollower(streams)
+    assert len(first.read_new(lambda *_: str(log))) == 1000
+    # a triggerer restart: the trigger comes back with its cursor and offsets, the file was rotated
+    # away under the old lines (only the offsets can tell where to go on)
+    offset = first.offsets["trainer/0/stdout"]
+    assert offset == log.stat().st_size - len("unfin")
+    log.write_bytes(b"x" * offset + b"unfinished\nnew\n")
+    again = LogFileFollower(streams, first.cursor, first.offsets)
+    assert again.read_new(lambda *_: str(log)) == [("[trainer/0]", "unfinished"), ("[trainer/0]", "new")]
+    assert again.cursor == {"trainer/0/stdout": 1002}
+
+
+def test_log_file_follower_reads_in_bounded_chunks_and_caps_a_progress_line(tmp_path, monkeypatch):
+    from torchx_airflow import log_files
+
+    monkeypatch.setattr(log_files, "CHUNK_BYTES", 1024)
+    monkeypatch.setattr(log_files, "MAX_BYTES_PER_LOOK", 4096)
+    log = tmp_path / "out"
+    # a progress bar that never ends its line: 100 KB of \r-separated states
+    log.write_bytes(b"start\n" + b"".join(b"%05d%%\r" % i for i in range(14000)))
+    follower = log_files.LogFileFollower([("t", 0, "stdout")])
+    reads = []
+    real_open = open
+
+    class CountingFile:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def seek(self, n):
+            self.f.seek(n)
+
+        def read(self, n):
+            reads.append(n)
+            return self.f.read(n)
+
+    monkeypatch.setattr(log_files, "open", lambda p, mode: CountingFile(real_open(p, mode)), raising=False)
+    shown = []
+    for _ in range(40):
+        shown += follower.read_new(lambda *_: str(log))
+        assert len(follower._partial.get("t/0/stdout", b"")) <= log_files.MAX_PARTIAL_LINE
+    assert shown == [("[t/0]", "start")]
+    assert max(reads) == 1024 and len(reads) <= 40 * 4
+    with log.open("ab") as f:
+        f.write(b"done\n")
+    for _ in range(40):
+        shown += follower.read_new(lambda *_: str(log))
+    assert shown[-1][1].endswith("13999%\rdone") and len(shown) == 2
+    assert follower.offsets["t/0/stdout"] == log.stat().st_size
