@@ -128,8 +128,8 @@ def test_a_query_that_keeps_failing_reaches_every_waiting_trigger_and_none_hangs
 
     answers = asyncio.run(main())
     assert all(isinstance(a, RuntimeError) for a in answers)
-    # nothing answers (an outage): the batch is split only log2(N) + 2 times, not into every handle
-    assert len(hook.batches) <= math.ceil(math.log2(3)) + 2
+    # nothing answers (an outage): the batch and two apps alone, no split into every handle
+    assert len(hook.batches) == 3
 
 
 class PoisonFakeHook(BatchFakeHook):
@@ -156,7 +156,14 @@ def test_a_failing_batch_is_split_until_the_error_reaches_only_the_bad_handles(p
     answers, queries = bisect_statuses(hook.statuses, handles)
     assert {h for h, a in answers.items() if isinstance(a, Exception)} == poison
     assert all(answers[h].state == AppState.RUNNING for h in handles if h not in poison)
-    assert queries <= 1 + 2 * len(poison) * math.ceil(math.log2(1000))
+    assert queries <= 3 + 2 * len(poison) * math.ceil(math.log2(1000))
+
+
+def test_an_outage_costs_three_queries_not_a_split_into_every_handle():
+    handles = _handles(5000)
+    hook = BatchFakeHook(dict.fromkeys(handles, AppState.RUNNING), fail_batches=10**6)
+    answers, queries = bisect_statuses(hook.statuses, handles)
+    assert queries == 3 and all(isinstance(answers[h], RuntimeError) for h in handles)
 
 
 def test_a_poison_handle_ends_only_its_own_wait_in_the_poller():

@@ -16,8 +16,8 @@ not 5,000.
   drops an answer cannot make a trigger wait forever.
 - One bad handle never fails the others: a failing batch is split in halves, and those again
   (``bisect_statuses``), until the error reaches only the handles that fail on their own. When
-  nothing answers at all (the scheduler is down) the splitting stops after about log2(N) queries
-  and every subscriber gets the error.
+  nothing answers at all (the scheduler is down: two apps asked for alone fail too) there is no
+  split, and every subscriber gets the error.
 - An error is an answer like any other: each trigger decides with the one retry policy
   (``retry.StatusOutage``) whether its wait goes on (an outage shorter than its ``outage_timeout``)
   or ends.
@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
+import random
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -66,56 +66,60 @@ class _Subscriber:
         self.answers.put_nowait(answer)
 
 
-@dataclass
-class _Bisection:
-    """One round of ``bisect_statuses``: how many queries it made, and whether to stop splitting."""
-
-    query: Callable[[list[str]], dict[str, Any]]
-    limit: int
-    queries: int = 0
-    failed: int = 0
-    answered: bool = False
-    given_up: BaseException | None = None
-
-    def run(self, handles: list[str], answers: dict[str, Any]) -> None:
-        if self.given_up is not None:  # nothing answers: no query for the rest either
-            answers.update(dict.fromkeys(handles, self.given_up))
-            return
-        self.queries += 1
-        try:
-            answers.update(self.query(handles))
-            self.answered = True
-            return
-        except Exception as e:
-            self.failed += 1
-            error = e
-        if not self.answered and self.failed >= self.limit:
-            self.given_up = error  # the scheduler itself fails, not some handles
-        if len(handles) == 1 or self.given_up is not None:
-            answers.update(dict.fromkeys(handles, error))
-            return
-        middle = len(handles) // 2
-        self.run(handles[:middle], answers)
-        self.run(handles[middle:], answers)
+#: Apps asked for alone when a batch fails, before it is split: if none answers, nothing does.
+PROBES = 2
 
 
 def bisect_statuses(
-    query: Callable[[list[str]], dict[str, Any]], handles: Sequence[str]
+    query: Callable[[list[str]], dict[str, Any]],
+    handles: Sequence[str],
+    rng: random.Random | None = None,
 ) -> tuple[dict[str, Any], int]:
     """``query(handles)``; when it raises, the halves again, until the error reaches only the handles
     that fail on their own. Returns (handle -> status, None or the exception of its query; the
     number of queries made).
 
-    One poison handle among N costs about 2·log2(N) extra queries once; a scheduler that fails every
-    query (an outage) costs log2(N) + 2, after which every handle gets the error.
+    Before splitting, ``PROBES`` apps picked at random are asked for alone: when none answers, the
+    scheduler itself fails (an outage), every handle gets the error, and the round cost
+    ``1 + PROBES`` queries instead of a split into every handle. One poison handle among N costs
+    about 2·log2(N) extra queries.
     """
     handles = list(handles)
-    answers: dict[str, Any] = {}
     if not handles:
-        return answers, 0
-    bisection = _Bisection(query, limit=math.ceil(math.log2(len(handles))) + 2)
-    bisection.run(handles, answers)
-    return answers, bisection.queries
+        return {}, 0
+    try:
+        return dict(query(handles)), 1
+    except Exception as e:
+        error = e
+    if len(handles) == 1:
+        return {handles[0]: error}, 1
+    answers: dict[str, Any] = {}
+    queries = 1
+    for handle in (rng or random).sample(handles, min(PROBES, len(handles))):
+        queries += 1
+        try:
+            answers.update(query([handle]))
+            break
+        except Exception as e:
+            answers[handle] = e
+    else:  # nothing answers: an outage, not some handles
+        return {handle: answers.get(handle, error) for handle in handles}, queries
+    return answers, queries + _split(query, [h for h in handles if h not in answers], answers)
+
+
+def _split(query: Callable[[list[str]], dict[str, Any]], handles: list[str], answers: dict[str, Any]) -> int:
+    """Ask for ``handles``, splitting in halves while the query fails; returns the queries made."""
+    if not handles:
+        return 0
+    try:
+        answers.update(query(handles))
+        return 1
+    except Exception as e:
+        if len(handles) == 1:
+            answers[handles[0]] = e
+            return 1
+    middle = len(handles) // 2
+    return 1 + _split(query, handles[:middle], answers) + _split(query, handles[middle:], answers)
 
 
 class SharedPoller:
