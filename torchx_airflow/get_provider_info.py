@@ -154,6 +154,27 @@ def _config() -> dict[str, Any]:
                     "1800",
                     "600",
                 ),
+                "poll_interval": option(
+                    "Default seconds between status checks of a TorchXOperator's wait (its "
+                    "poll_interval parameter overrides it).",
+                    "float",
+                    "30",
+                    "5",
+                ),
+                "tracker_timeout": option(
+                    "Default seconds a TorchXOperator gives its trackers at each step (its "
+                    "tracker_timeout parameter overrides it).",
+                    "float",
+                    "120",
+                    "60",
+                ),
+                "max_log_lines": option(
+                    "Default number of last log lines per replica and stream a TorchXOperator prints "
+                    "after a deferred wait (its max_log_lines parameter overrides it).",
+                    "integer",
+                    "5000",
+                    "1000",
+                ),
                 "min_poll_interval": option(
                     "Shortest interval, in seconds, of the triggerer's shared status query: a "
                     "deferred wait with a shorter poll_interval (a sensor with poke_interval=0) "

@@ -70,7 +70,8 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         ``[operators] default_deferrable``. Needs a scheduler whose apps outlive the launching
         process (slurm, kubernetes, ...); on local_cwd and local_docker the task waits in the
         worker instead, with a warning, so one DAG runs on either.
-    :param poll_interval: seconds between status checks while waiting (in the triggerer, at least
+    :param poll_interval: seconds between status checks while waiting (default ``[torchx]
+        poll_interval``, 5; in the triggerer, at least
         ``triggers.poller.MIN_POLL_INTERVAL``: the query is shared by every wait on the connection).
     :param outage_timeout: seconds a wait goes on while the scheduler gives no answer (a controller
         restart, an API server failing over), counted from its last good answer; None takes the
@@ -78,9 +79,11 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         :mod:`torchx_airflow.retry`.
     :param stream_logs: write every replica's log lines into the task log, prefixed ``[role/replica]``
         (as they arrive when waiting in the worker; when the task resumes after a deferred wait).
-    :param max_log_lines: after a deferred wait, at most this many last lines per replica and stream.
+    :param max_log_lines: after a deferred wait, at most this many last lines per replica and stream
+        (default ``[torchx] max_log_lines``, 1000).
     :param durable: keep the handle in ``task_state_store`` so a retry reattaches (default True).
-    :param tracker_timeout: seconds the task gives its trackers at each step: opening them before
+    :param tracker_timeout: seconds the task gives its trackers at each step (default ``[torchx]
+        tracker_timeout``, 60): opening them before
         submission (past it the task fails, nothing submitted), recording lineage and metadata after
         submission, reading results at the end (past it, a warning: the app is never lost or
         duplicated because a tracker hangs).
@@ -99,10 +102,10 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         *,
         wait_for_completion: bool = True,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-        poll_interval: float = 5.0,
+        poll_interval: float = conf.getfloat("torchx", "poll_interval", fallback=5.0),
         stream_logs: bool = True,
-        max_log_lines: int = 1000,
-        tracker_timeout: float = 60.0,
+        max_log_lines: int = conf.getint("torchx", "max_log_lines", fallback=1000),
+        tracker_timeout: float = conf.getfloat("torchx", "tracker_timeout", fallback=60.0),
         outage_timeout: float | None = None,
         artifact_assets: Mapping[str, Asset | AssetAlias] | None = None,
         **kwargs: Any,
