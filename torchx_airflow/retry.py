@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 #: Seconds without a good answer after which a wait gives up on its scheduler.
 DEFAULT_OUTAGE_TIMEOUT = 600.0
-#: Before this project waited outages out: 5 attempts, 0.5 -> 4 s apart (about 8 s). Kept reachable
+#: Before outages were waited out: 5 attempts, 0.5 -> 4 s apart (about 8 s). Kept reachable
 #: (``LEGACY_ATTEMPTS`` with ``status_retrying(..., attempts=...)``) as the benchmark's baseline.
 LEGACY_ATTEMPTS = 5
 _MIN_WAIT = 0.5

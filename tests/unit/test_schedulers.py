@@ -440,9 +440,24 @@ def _statuses(monkeypatch, answers, ids=("101", "102")):
 
 
 def test_slurm_without_accounting_asks_squeue_alone_and_an_absent_job_is_unknown(monkeypatch):
-    answer, commands = _statuses(monkeypatch, {"scontrol": NO_ACCOUNTING, "squeue": SQUEUE_101})
+    from torchx_airflow.schedulers import slurm
+
+    disabled = (1, "", "sacct: error: Slurm accounting storage is disabled")
+    commands = _SlurmCommands({"sacct": disabled, "scontrol": NO_ACCOUNTING, "squeue": SQUEUE_101})
+    monkeypatch.setattr(slurm, "_run", commands)
+    support = slurm.SlurmSupport("slurm", runner=None)
+    for _ in range(2):
+        answer = support.statuses(["101", "102"])
+        assert {k: v and v.state.name for k, v in answer.items()} == {"101": "RUNNING", "102": None}
+    # sacct and scontrol once: the cluster without accounting is remembered
+    assert [c[0] for c in commands.calls] == ["sacct", "scontrol", "squeue", "squeue"]
+
+
+def test_slurm_with_working_accounting_never_asks_scontrol(monkeypatch):
+    sacct = (0, "101|trainer-0|RUNNING|0:0|/work\n", "")
+    answer, commands = _statuses(monkeypatch, {"sacct": sacct, "squeue": (1, "", "Invalid job id specified")})
     assert answer == {"101": "RUNNING", "102": None}
-    assert [c[0] for c in commands.calls] == ["scontrol", "squeue"]  # no sacct
+    assert [c[0] for c in commands.calls] == ["sacct", "squeue"]
 
 
 def test_slurm_with_accounting_down_answers_from_squeue_and_never_calls_a_job_unknown(monkeypatch):

@@ -301,12 +301,27 @@ class SlurmSupport(SchedulerSupport):
             self._accounting_config = slurm_accounting()
         return self._accounting_config
 
-    def _has_accounting(self) -> bool:
-        """Whether to ask ``sacct``; while ``scontrol`` cannot tell, assume it (and fall back)."""
+    def _accounting_enabled(self) -> bool:
+        """Whether accounting is configured; while ``scontrol`` cannot tell, assume it is."""
         try:
             return self._accounting().enabled
         except (RuntimeError, OSError, subprocess.SubprocessError):
             return True
+
+    def _accounting_rows(
+        self, job_ids: Sequence[str]
+    ) -> tuple[dict[str, list[SlurmJobRow]], Exception | None]:
+        """``sacct``'s rows by app, and the error of a ``sacct`` that failed on a cluster with accounting.
+
+        ``scontrol show config`` is asked only once ``sacct`` failed: a cluster without accounting
+        is remembered and never asked ``sacct`` again; a healthy one never runs ``scontrol``.
+        """
+        if self._accounting_config is not None and not self._accounting_config.enabled:
+            return {}, None
+        try:
+            return self._by_app(sacct_rows(job_ids)), None
+        except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+            return {}, (e if self._accounting_enabled() else None)
 
     def statuses(self, app_ids: Sequence[str]) -> dict[str, AppStatus | None]:
         """One ``sacct`` for all apps; one ``squeue`` for those accounting does not have (yet).
@@ -320,13 +335,7 @@ class SlurmSupport(SchedulerSupport):
         job_ids = [i for i in ids if is_job_id(i)]
         if not job_ids:
             return answer
-        found: dict[str, list[SlurmJobRow]] = {}
-        accounting_error: Exception | None = None
-        if self._has_accounting():
-            try:
-                found = self._by_app(sacct_rows(job_ids))
-            except (RuntimeError, OSError, subprocess.SubprocessError) as e:
-                accounting_error = e  # slurmdbd down: slurmctld may still know the jobs
+        found, accounting_error = self._accounting_rows(job_ids)
         missing = [i for i in job_ids if i not in found]
         if missing:
             queued = squeue_rows(missing)
@@ -355,8 +364,7 @@ class SlurmSupport(SchedulerSupport):
         """Where the job runs (its output files are there): from the last status query, else asked
         (unless ``ask`` is False)."""
         if ask and app_id not in self._workdirs and is_job_id(app_id):
-            if self._has_accounting():
-                self._by_app(sacct_rows([app_id]))
+            self._accounting_rows([app_id])
             if app_id not in self._workdirs:
                 self._by_app(squeue_rows([app_id]) or [])
         return self._workdirs.get(app_id)

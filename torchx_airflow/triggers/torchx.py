@@ -207,7 +207,7 @@ class TorchXAppTrigger(BaseTrigger):
 
     def _event_for(self, answer: Any) -> dict[str, Any] | None:
         """The event a status answer ends the wait with, or None while the app runs."""
-        if isinstance(answer, Exception):  # the shared status policy gave up
+        if isinstance(answer, Exception):  # past outage_timeout, or an error retrying cannot fix
             return {
                 "status": "error",
                 "app_handle": self.app_handle,
