@@ -295,3 +295,38 @@ def test_log_file_follower_reads_in_bounded_chunks_and_caps_a_progress_line(tmp_
         shown += follower.read_new(lambda *_: str(log))
     assert shown[-1][1].endswith("13999%\rdone") and len(shown) == 2
     assert follower.offsets["t/0/stdout"] == log.stat().st_size
+
+
+def test_thousands_of_triggers_are_woken_a_batch_per_loop_iteration(monkeypatch):
+    """After a query, no event-loop iteration runs more than WAKE_BATCH woken triggers."""
+    from torchx_airflow.triggers import poller as poller_module
+
+    handles = _handles(1000)
+    hook = BatchFakeHook(dict.fromkeys(handles, AppState.RUNNING))
+    woken_per_iteration: list[int] = []
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        counter = {"n": 0}
+
+        def tick():  # runs once per loop iteration while the test waits
+            woken_per_iteration.append(counter["n"])
+            counter["n"] = 0
+            if not done.is_set():
+                loop.call_soon(tick)
+
+        done = asyncio.Event()
+        poller = shared_poller("conn", "slurm", lambda: hook)
+
+        async def one(handle: str) -> None:
+            async with poller.subscribe(handle, 60) as sub:
+                await sub.answers.get()
+                counter["n"] += 1
+
+        loop.call_soon(tick)
+        await asyncio.gather(*(one(h) for h in handles))
+        done.set()
+
+    asyncio.run(main())
+    assert sum(woken_per_iteration) == 1000
+    assert max(woken_per_iteration) <= 250

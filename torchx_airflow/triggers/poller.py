@@ -66,6 +66,8 @@ class _Subscriber:
         self.answers.put_nowait(answer)
 
 
+#: Triggers woken per event-loop iteration after a query.
+WAKE_BATCH = 250
 #: Apps asked for alone when a batch fails, before it is split: if none answers, nothing does.
 PROBES = 2
 
@@ -192,8 +194,12 @@ class SharedPoller:
         statuses, queries = await asyncio.to_thread(self._statuses, hook, handles)
         self.queries += queries
         self.rounds += 1
-        for subscriber in subscribers:
+        for count, subscriber in enumerate(subscribers, 1):
             subscriber.offer(statuses[subscriber.app_handle])
+            if count % WAKE_BATCH == 0:
+                # each offer wakes a trigger: let the loop run these before waking more, so that
+                # 5,000 triggers never hold the event loop in one iteration
+                await asyncio.sleep(0)
 
     @staticmethod
     def _statuses(hook: Any, handles: list[str]) -> tuple[dict[str, Any], int]:

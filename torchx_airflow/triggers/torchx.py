@@ -161,7 +161,6 @@ class TorchXAppTrigger(BaseTrigger):
                     await asyncio.sleep(max(0.0, started + SETTLE_SECONDS - time.monotonic()))
                     yield TriggerEvent(event)
                     return
-                self.log.debug("App %s is %s", self.app_handle, answer.state.name)
 
     async def _show_new_log_lines(self, hook: Any, final: bool) -> None:
         """Write the job's new log lines to this trigger's log, which Airflow shows in the task's."""
