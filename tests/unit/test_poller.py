@@ -299,7 +299,6 @@ def test_log_file_follower_reads_in_bounded_chunks_and_caps_a_progress_line(tmp_
 
 def test_thousands_of_triggers_are_woken_a_batch_per_loop_iteration(monkeypatch):
     """After a query, no event-loop iteration runs more than WAKE_BATCH woken triggers."""
-    from torchx_airflow.triggers import poller as poller_module
 
     handles = _handles(1000)
     hook = BatchFakeHook(dict.fromkeys(handles, AppState.RUNNING))
