@@ -297,9 +297,8 @@ def test_log_file_follower_reads_in_bounded_chunks_and_caps_a_progress_line(tmp_
     assert follower.offsets["t/0/stdout"] == log.stat().st_size
 
 
-def test_thousands_of_triggers_are_woken_a_batch_per_loop_iteration(monkeypatch):
-    """After a query, no event-loop iteration runs more than WAKE_BATCH woken triggers."""
-
+def test_thousands_of_triggers_are_woken_a_batch_per_loop_iteration():
+    """After a query, no event-loop iteration runs more than WAKE_BATCH (250) woken triggers."""
     handles = _handles(1000)
     hook = BatchFakeHook(dict.fromkeys(handles, AppState.RUNNING))
     woken_per_iteration: list[int] = []
