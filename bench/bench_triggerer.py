@@ -100,22 +100,20 @@ async def _shared_wait(handle: str, interval: float) -> None:
 
 
 async def _legacy_shared_waits(handles: list[str], interval: float) -> None:
-    """Today's shared poller: one batched query per interval under the 5-attempt policy; when the
-    policy gives up, every waiting trigger ends with that error (returns then)."""
-    from torchx_airflow.hooks.torchx import TorchXHook
+    """Today's shared poller: one batched query per interval (today's Slurm query: ``sacct``, which
+    fails the whole batch while accounting is down) under the 5-attempt policy; when the policy gives
+    up, every waiting trigger ends with that error (returns then)."""
     from torchx_airflow.retry import legacy_status_retrying
+    from torchx_airflow.schedulers.slurm import sacct_rows
 
-    hook = TorchXHook(CONN_ID)
-    try:
-        while True:
-            retrying = legacy_status_retrying(f"Status of {len(handles)} apps", max_wait=interval)
-            try:
-                await asyncio.to_thread(retrying, hook.statuses, handles)
-            except Exception:
-                return
-            await asyncio.sleep(interval)
-    finally:
-        await asyncio.to_thread(hook.close)
+    job_ids = [handle.rsplit("/", 1)[1] for handle in handles]
+    while True:
+        retrying = legacy_status_retrying(f"Status of {len(handles)} apps", max_wait=interval)
+        try:
+            await asyncio.to_thread(retrying, sacct_rows, job_ids)
+        except Exception:
+            return
+        await asyncio.sleep(interval)
 
 
 async def _outage(mode: str, handles: list[str], interval: float, outage: float, cluster: Any) -> int:
