@@ -1,14 +1,19 @@
-"""Deferred waits at scale, on this machine's Slurm cluster: N ``TorchXAppTrigger`` runs in one event
-loop, as the triggerer runs them, waiting on N held jobs (``sbatch --hold``: nothing runs).
+"""Deferred waits at scale: N ``TorchXAppTrigger`` runs in one event loop, as the triggerer runs them,
+waiting on N held Slurm jobs (``sbatch --hold``: nothing runs), on a private Slurm cluster started for
+the bench (``scripts/slurm/cluster.sh up --private``; the shared one is never loaded or stopped).
 
 Shared polling (one batched ``sacct`` per interval for every trigger of a process) against the
 baseline of per-trigger polling (each trigger its own hook and status query per interval, as the
-trigger did before), alternated: shared, per-trigger, shared, per-trigger; medians. Scheduler
-queries are counted at the command level by shims first on PATH. The bench cancels only the jobs it
-created.
+trigger did before), alternated: shared, per-trigger, shared; medians. Scheduler queries are
+counted at the command level by shims first on PATH.
 
-Environment: ``BENCH_WAITS`` (default 1000), ``BENCH_INTERVAL`` (default 5 s), ``BENCH_ROUNDS``
-(intervals per measurement, default 3).
+The outage: ``slurmctld`` and ``slurmdbd`` of that cluster stopped for ``BENCH_OUTAGE`` seconds under
+the N waits; the waits that end before the controller is back and one more poll, against today's
+shared poller (one batched query under the old 5-attempt policy, its error handed to every wait:
+``retry.legacy_status_retrying``) in the same run.
+
+Environment: ``BENCH_WAITS`` (default 5000), ``BENCH_INTERVAL`` (default 5 s), ``BENCH_ROUNDS``
+(intervals per measurement, default 3), ``BENCH_OUTAGE`` (default 60 s).
 """
 
 from __future__ import annotations
@@ -65,11 +70,6 @@ def _submit_held(count: int) -> list[str]:
         return list(pool.map(one, range(count)))
 
 
-def _cancel(job_ids: list[str]) -> None:
-    for start in range(0, len(job_ids), 200):
-        subprocess.run(["scancel", *job_ids[start : start + 200]], check=False, capture_output=True)
-
-
 async def _lateness_probe(stop: asyncio.Event, period: float = 0.05) -> float:
     worst = 0.0
     while not stop.is_set():
@@ -97,6 +97,42 @@ async def _shared_wait(handle: str, interval: float) -> None:
 
     async for _ in TorchXAppTrigger(handle, CONN_ID, poll_interval=interval).run():
         return
+
+
+async def _legacy_shared_waits(handles: list[str], interval: float) -> None:
+    """Today's shared poller: one batched query per interval (today's Slurm query: ``sacct``, which
+    fails the whole batch while accounting is down) under the 5-attempt policy; when the policy gives
+    up, every waiting trigger ends with that error (returns then)."""
+    from torchx_airflow.retry import legacy_status_retrying
+    from torchx_airflow.schedulers.slurm import sacct_rows
+
+    job_ids = [handle.rsplit("/", 1)[1] for handle in handles]
+    while True:
+        retrying = legacy_status_retrying(f"Status of {len(handles)} apps", max_wait=interval)
+        try:
+            await asyncio.to_thread(retrying, sacct_rows, job_ids)
+        except Exception:
+            return
+        await asyncio.sleep(interval)
+
+
+async def _outage(mode: str, handles: list[str], interval: float, outage: float, cluster: Any) -> int:
+    """Waits that ended while the controller was down (and one interval after it came back)."""
+    if mode == "ours":
+        tasks = [asyncio.ensure_future(_shared_wait(h, interval)) for h in handles]
+    else:
+        tasks = [asyncio.ensure_future(_legacy_shared_waits(handles, interval))]
+    await asyncio.sleep(interval * 2)
+    assert not any(t.done() for t in tasks), [t.exception() for t in tasks if t.done()]
+    await asyncio.to_thread(cluster.stop, "slurmctld", "slurmdbd")
+    await asyncio.sleep(outage)
+    await asyncio.to_thread(cluster.start)
+    await asyncio.sleep(interval * 2)
+    ended = sum(1 for t in tasks if t.done())
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return ended if mode == "ours" else ended * len(handles)  # today: one give-up ends every wait
 
 
 async def _measure(
@@ -140,28 +176,42 @@ def _cpu() -> float:
 
 
 def run() -> list[dict[str, Any]]:
+    from tests.slurm.private_cluster import private_slurm
+
     if shutil.which("sbatch") is None:
-        raise RuntimeError("no Slurm cluster here: start one with `make slurm-up` (root)")
-    waits = int(os.environ.get("BENCH_WAITS", "1000"))
+        raise RuntimeError("no Slurm here: install it with `scripts/slurm/cluster.sh install` (root)")
+    waits = int(os.environ.get("BENCH_WAITS", "5000"))
     interval = float(os.environ.get("BENCH_INTERVAL", "5"))
     rounds = int(os.environ.get("BENCH_ROUNDS", "3"))
+    outage = float(os.environ.get("BENCH_OUTAGE", "60"))
+    saved = {k: os.environ.get(k) for k in ("PATH", "SLURM_CONF", f"AIRFLOW_CONN_{CONN_ID.upper()}")}
     root = Path(tempfile.mkdtemp(prefix="torchx-bench-triggerer-"))
-    os.environ["PATH"] = f"{_shims(root)}:{os.environ['PATH']}"
-    os.environ[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = json.dumps(
-        {"conn_type": "torchx", "extra": {"scheduler": "slurm"}}
-    )
-    job_ids = _submit_held(waits)
     try:
-        handles = [f"slurm://torchx/{job_id}" for job_id in job_ids]
-        results: dict[str, list[dict[str, float]]] = {"shared": [], "per_trigger": []}
-        memory: dict[str, float] = {}
-        for mode in ("shared", "per_trigger", "per_trigger", "shared"):
-            results[mode].append(asyncio.run(_measure(mode, handles, interval, rounds, root)))
-        for mode in ("shared", "per_trigger"):
-            traced = asyncio.run(_measure(mode, handles, interval, 1, root, trace=True))
-            memory[mode] = traced["memory_per_wait"]
+        with private_slurm("full") as cluster:
+            os.environ["SLURM_CONF"] = cluster.slurm_conf
+            os.environ["PATH"] = f"{_shims(root)}:{os.environ['PATH']}"
+            os.environ[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = json.dumps(
+                {"conn_type": "torchx", "extra": {"scheduler": "slurm"}}
+            )
+            job_ids = _submit_held(waits)
+            handles = [f"slurm://torchx/{job_id}" for job_id in job_ids]
+            results: dict[str, list[dict[str, float]]] = {"shared": [], "per_trigger": []}
+            memory: dict[str, float] = {}
+            for mode in ("shared", "per_trigger", "shared"):
+                results[mode].append(asyncio.run(_measure(mode, handles, interval, rounds, root)))
+            for mode in ("shared", "per_trigger"):
+                traced = asyncio.run(_measure(mode, handles, interval, 1, root, trace=True))
+                memory[mode] = traced["memory_per_wait"]
+            ended = {
+                mode: asyncio.run(_outage(mode, handles, interval, outage, cluster))
+                for mode in ("ours", "today")
+            }
     finally:
-        _cancel(job_ids)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         shutil.rmtree(root, ignore_errors=True)
 
     def med(mode: str, key: str) -> float:
@@ -208,6 +258,17 @@ def run() -> list[dict[str, Any]]:
             "bytes",
             lambda _r: True,
             note,
+        ),
+        figure(
+            f"waits ended by a {outage:g} s controller outage (slurmctld + slurmdbd stopped), {waits} waits",
+            "today's shared poller (5 attempts, 0.5 -> 4 s, error to every wait)",
+            "0",
+            ended["ours"],
+            ended["today"],
+            "waits",
+            lambda _r: ended["ours"] == 0,
+            f"{waits} deferred waits on held jobs of a private cluster, poll interval {interval:g} s; "
+            f"counted until one interval after the controller answered again; outage_timeout 600 s",
         ),
     ]
 

@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 
 #: task_state_store key of a submission under way: ``{token, scheduler, since}``.
 SUBMISSION_KEY = "torchx_submission"
+# Seconds between lookups while the scheduler does not answer.
+_LOOKUP_INTERVAL = 5.0
 
 
 class DurableSubmission:
@@ -34,16 +36,25 @@ class DurableSubmission:
     :param handle_key: the store key of the handle (the operator's ``external_id_key``).
     :param task_id: for messages.
     :param task_log: where to log (the task's logger).
+    :param outage_timeout: seconds the lookup of an interrupted submission waits out a scheduler
+        that does not answer (``retry.StatusOutage``); None: ``[torchx] outage_timeout``.
     """
 
     def __init__(
-        self, hook: TorchXHook, store: Any, handle_key: str, task_id: str, task_log: Any = log
+        self,
+        hook: TorchXHook,
+        store: Any,
+        handle_key: str,
+        task_id: str,
+        task_log: Any = log,
+        outage_timeout: float | None = None,
     ) -> None:
         self.hook = hook
         self.store = store
         self.handle_key = handle_key
         self.task_id = task_id
         self.log = task_log
+        self.outage_timeout = outage_timeout
 
     def submit(self, dryrun: TorchXDryRun) -> str:
         """Submit ``dryrun`` and persist its handle before anything else can fail; returns it."""
@@ -81,14 +92,19 @@ class DurableSubmission:
         mark = self.store.get(SUBMISSION_KEY) if self.store is not None else None
         if not isinstance(mark, dict) or not mark.get("token") or not mark.get("scheduler"):
             return
-        from torchx_airflow.retry import status_retrying
+        from torchx_airflow.retry import StatusOutage, call_status, is_retryable, resolve_outage_timeout
 
         scheduler, token = str(mark["scheduler"]), str(mark["token"])
         since = float(mark.get("since") or 0.0)
-        retrying = status_retrying(f"Finding the job an earlier try submitted to {scheduler}")
+        what = f"Finding the job an earlier try submitted to {scheduler}"
+        outage = StatusOutage(what, resolve_outage_timeout(self.outage_timeout, None), self.log)
         try:
-            app_handle = retrying(self.hook.find_submission, scheduler, token, since)
+            app_handle = call_status(
+                outage, _LOOKUP_INTERVAL, self.hook.find_submission, scheduler, token, since
+            )
         except Exception as e:
+            if not is_retryable(e):  # the lookup cannot be trusted on this site: its message says why
+                raise
             raise TorchXError(
                 f"An earlier try of {self.task_id!r} died while submitting to {scheduler}, and {scheduler} "
                 f"could not say whether that job exists ({type(e).__name__}: {e}). Nothing was submitted, "

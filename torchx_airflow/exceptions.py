@@ -118,3 +118,8 @@ class TorchXWaitInterruptedError(TorchXError):
             "retries), or cancel it by hand."
         )
         self.app_handle = app_handle
+
+
+class TorchXSchedulerOutageError(TorchXError):
+    """The scheduler gave no good answer for longer than ``outage_timeout`` (retryable: the app was
+    not touched, and the next try reattaches to it)."""

@@ -65,6 +65,12 @@ def get_provider_info() -> dict[str, Any]:
                         "schema": {"type": ["array", "null"], "items": {"type": "string"}},
                         "description": "Ids of the torchx_fsspec / mlflow connections the app tracks to",
                     },
+                    "outage_timeout": {
+                        "label": "Scheduler outage timeout (s)",
+                        "schema": {"type": ["number", "null"], "exclusiveMinimum": 0},
+                        "description": "Seconds a wait goes on while the scheduler does not answer "
+                        "(empty: [torchx] outage_timeout, 600)",
+                    },
                 },
                 "ui-field-behaviour": {
                     "hidden-fields": ["host", "schema", "login", "password", "port"],
@@ -119,4 +125,64 @@ def get_provider_info() -> dict[str, Any]:
                 },
             },
         ],
+        "config": _config(),
+    }
+
+
+def _config() -> dict[str, Any]:
+    """The ``[torchx]`` section: site-wide defaults that a connection or a task may override."""
+
+    def option(description: str, type_: str, example: str, default: str) -> dict[str, Any]:
+        return {
+            "description": description,
+            "version_added": "0.1.0",
+            "type": type_,
+            "example": example,
+            "default": default,
+        }
+
+    return {
+        "torchx": {
+            "description": "Defaults of the TorchX provider.",
+            "options": {
+                "outage_timeout": option(
+                    "Seconds a wait on a TorchX app goes on while its scheduler gives no answer (a "
+                    "controller restart, an API server failing over), counted from the last good "
+                    "answer. A torchx connection's extra outage_timeout and a task's outage_timeout "
+                    "override it.",
+                    "float",
+                    "1800",
+                    "600",
+                ),
+                "poll_interval": option(
+                    "Default seconds between status checks of a TorchXOperator's wait (its "
+                    "poll_interval parameter overrides it).",
+                    "float",
+                    "30",
+                    "5",
+                ),
+                "tracker_timeout": option(
+                    "Default seconds a TorchXOperator gives its trackers at each step (its "
+                    "tracker_timeout parameter overrides it).",
+                    "float",
+                    "120",
+                    "60",
+                ),
+                "max_log_lines": option(
+                    "Default number of last log lines per replica and stream a TorchXOperator prints "
+                    "after a deferred wait (its max_log_lines parameter overrides it).",
+                    "integer",
+                    "5000",
+                    "1000",
+                ),
+                "min_poll_interval": option(
+                    "Shortest interval, in seconds, of the triggerer's shared status query: a "
+                    "deferred wait with a shorter poll_interval (a sensor with poke_interval=0) "
+                    "is polled this often.",
+                    "float",
+                    "5",
+                    "1",
+                ),
+            },
+        }
     }

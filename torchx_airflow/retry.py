@@ -1,15 +1,27 @@
 """One retry policy for every path that asks a scheduler for an app's status, and one for tracker writes.
 
-The worker's wait (``TorchXOperator``), the triggerer's wait (``TorchXAppTrigger``) and the sensor
-all retry a failing status call the same way: up to ``STATUS_ATTEMPTS`` attempts with exponential
-backoff capped at ``poll_interval`` (a ``sacct`` that times out once, an API server restarting),
-then give up with the last error. Bad input (a malformed handle, an unknown scheduler) is never
-retried: it cannot get better. Built on tenacity, which Airflow itself depends on.
+The worker's wait (``waiting.py``), the sensor, the triggerer's shared poller and trigger, and the
+lookup of an interrupted submission (``durable.py``) all treat a failing status query the same way:
+a scheduler whose control plane is down (``slurmctld`` restarting, ``slurmdbd`` upgraded, an API
+server failing over) is *waited out*. Queries go on at the wait's own interval; the wait gives up
+only when no good answer came for ``outage_timeout`` seconds (default ``DEFAULT_OUTAGE_TIMEOUT``,
+10 minutes; ``[torchx] outage_timeout`` site-wide, the ``outage_timeout`` extra of a ``torchx``
+connection, or the task's ``outage_timeout``), counted from the last good answer. An outage is logged
+once when it starts and once when it ends, never once per poll. An app is lost only when its scheduler
+positively answers that it does not know it (a status of ``None``); a failing query never means that.
+Bad input (a malformed handle, an unknown scheduler) is never retried: it cannot get better.
+
+``StatusOutage`` is the policy's state for one wait; ``status_retrying`` runs one blocking call under
+it with tenacity (which Airflow itself depends on); the triggerer's waits, which receive answers
+from the shared poller instead of calling, ask the same object whether an error is still within
+budget (``StatusOutage.failed``).
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 from tenacity import (
@@ -18,21 +30,174 @@ from tenacity import (
     retry_if_exception,
     stop_after_attempt,
     wait_exponential,
+    wait_fixed,
 )
 
 log = logging.getLogger(__name__)
 
-STATUS_ATTEMPTS = 5
+#: Seconds without a good answer after which a wait gives up on its scheduler.
+DEFAULT_OUTAGE_TIMEOUT = 600.0
+#: Before outages were waited out: 5 attempts, 0.5 -> 4 s apart (about 8 s). Kept reachable
+#: (``LEGACY_ATTEMPTS`` with ``status_retrying(..., attempts=...)``) as the benchmark's baseline.
+LEGACY_ATTEMPTS = 5
 _MIN_WAIT = 0.5
 # Tracker writes after submission (lineage edges, Airflow metadata): a few quick tries, then a warning.
 TRACKER_ATTEMPTS = 3
 _TRACKER_MAX_WAIT = 2.0
 
 
-def _retryable(error: BaseException) -> bool:
+def is_retryable(error: BaseException) -> bool:
+    """Whether asking again can help: not for bad input (a malformed handle, an unknown scheduler)."""
     from torchx_airflow.exceptions import TorchXInputError
 
     return isinstance(error, Exception) and not isinstance(error, TorchXInputError)
+
+
+def configured_outage_timeout() -> float:
+    """``[torchx] outage_timeout`` of the Airflow config, else ``DEFAULT_OUTAGE_TIMEOUT``."""
+    from airflow.sdk.configuration import conf
+
+    return conf.getfloat("torchx", "outage_timeout", fallback=DEFAULT_OUTAGE_TIMEOUT)
+
+
+def check_outage_timeout(value: Any, where: str) -> float | None:
+    """``value`` as seconds (None stays None: the next level decides); raises ``TorchXConfigError``."""
+    from torchx_airflow.exceptions import TorchXConfigError
+
+    if value is None or value == "":
+        return None
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = -1.0
+    if not seconds > 0:
+        raise TorchXConfigError(
+            f"{where}: outage_timeout must be a positive number of seconds, got {value!r}. "
+            f"Give e.g. 1800 (wait out a scheduler outage of up to 30 minutes), or leave it unset "
+            f"for [torchx] outage_timeout ({DEFAULT_OUTAGE_TIMEOUT:.0f} s by default)."
+        )
+    return seconds
+
+
+def resolve_outage_timeout(task_value: float | None, connection_value: float | None) -> float:
+    """The task's value, else the connection's, else the site's ``[torchx] outage_timeout``."""
+    for value in (task_value, connection_value):
+        if value is not None:
+            return float(value)
+    return configured_outage_timeout()
+
+
+class StatusOutage:
+    """One wait's view of its scheduler: when the last good answer came, and whether an outage is on.
+
+    :param what: what is asked, for the log (``"Status of slurm://torchx/42"``).
+    :param budget: seconds without a good answer before the wait gives up.
+    :param logger: where the outage is logged (the task's logger).
+    :param clock: monotonic seconds (tests pass their own).
+    """
+
+    def __init__(
+        self,
+        what: str,
+        budget: float,
+        logger: Any = log,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.what = what
+        self.budget = float(budget)
+        self.log = logger
+        self.clock = clock
+        self.last_good = clock()
+        self.since: float | None = None  # when the current outage started; None while answers come
+        self.outages = 0  # outages seen, for tests and benchmarks
+
+    def answered(self) -> None:
+        """A good answer came (a status, or ``None``: the scheduler does not know the app)."""
+        now = self.clock()
+        if self.since is not None:
+            self.log.warning(
+                "%s answers again after %.0f s without an answer: the wait goes on",
+                self.what,
+                now - self.since,
+            )
+            self.since = None
+        self.last_good = now
+
+    def exhausted(self) -> bool:
+        """Whether the budget since the last good answer is spent."""
+        return self.clock() - self.last_good >= self.budget
+
+    def failed(self, error: BaseException) -> bool:
+        """Record a failed query; True while the wait should go on (retryable and within budget)."""
+        if not is_retryable(error):
+            return False
+        if self.since is None:
+            self.since = self.clock()
+            self.outages += 1
+            self.log.warning(
+                "%s failed (%s: %s): waiting the outage out, asking again at every poll for up to %.0f s "
+                "after the last good answer (outage_timeout)",
+                self.what,
+                type(error).__name__,
+                error,
+                self.budget,
+            )
+        return not self.exhausted()
+
+    def give_up_message(self, error: BaseException) -> str:
+        """Why the wait ends: the error, and how long the scheduler has not answered."""
+        return (
+            f"{self.what} has not answered for {self.clock() - self.last_good:.3g} s, more than "
+            f"outage_timeout ({self.budget:g} s); last error: {type(error).__name__}: {error}. The app "
+            "itself was not touched. Raise outage_timeout (task, torchx connection or [torchx] "
+            "outage_timeout) to wait longer for the scheduler."
+        )
+
+
+def status_retrying(outage: StatusOutage, interval: float) -> Retrying:
+    """Retrying for a blocking status call under ``outage``: asked again every ``interval`` seconds
+    until a good answer or the budget is spent (``TorchXSchedulerOutageError`` from the last error)::
+
+        status = call_status(outage, interval, hook.status, app_handle)
+    """
+    return Retrying(**_outage_policy(outage, interval))
+
+
+def async_status_retrying(outage: StatusOutage, interval: float) -> AsyncRetrying:
+    """The same policy for the triggerer: ``await async_status_retrying(o, i)(coroutine_fn, ...)``."""
+    return AsyncRetrying(**_outage_policy(outage, interval))
+
+
+def _outage_policy(outage: StatusOutage, interval: float) -> dict[str, Any]:
+    def retry(error: BaseException) -> bool:
+        outage.failed(error)  # logs the outage's start once
+        return is_retryable(error)
+
+    def give_up(state: Any) -> Any:
+        from torchx_airflow.exceptions import TorchXSchedulerOutageError
+
+        error = state.outcome.exception()
+        raise TorchXSchedulerOutageError(outage.give_up_message(error)) from error
+
+    return {
+        "stop": lambda state: outage.exhausted(),
+        "wait": wait_fixed(max(0.0, interval)),
+        "retry": retry_if_exception(retry),
+        "retry_error_callback": give_up,
+    }
+
+
+def call_status(outage: StatusOutage, interval: float, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` under ``outage``'s policy; a good answer ends any outage (logged once)."""
+    result = status_retrying(outage, interval)(fn, *args)
+    outage.answered()
+    return result
+
+
+def legacy_status_retrying(what: str, max_wait: float, attempts: int = LEGACY_ATTEMPTS) -> Retrying:
+    """The policy before outages were waited out (``attempts`` tries, 0.5 s doubling up to
+    ``max_wait``): the benchmark's baseline only."""
+    return Retrying(**_policy(what, max_wait, attempts))
 
 
 def _policy(what: str, max_wait: float, attempts: int) -> dict[str, Any]:
@@ -51,22 +216,10 @@ def _policy(what: str, max_wait: float, attempts: int) -> dict[str, Any]:
     return {
         "stop": stop_after_attempt(attempts),
         "wait": wait_exponential(multiplier=_MIN_WAIT, min=_MIN_WAIT, max=max(_MIN_WAIT, max_wait)),
-        "retry": retry_if_exception(_retryable),
+        "retry": retry_if_exception(is_retryable),
         "before_sleep": before_sleep,
         "reraise": True,
     }
-
-
-def status_retrying(what: str, max_wait: float = 30.0, attempts: int = STATUS_ATTEMPTS) -> Retrying:
-    """Retrying for a blocking status call: ``status_retrying("Status of X")(hook.status, handle)``."""
-    return Retrying(**_policy(what, max_wait, attempts))
-
-
-def async_status_retrying(
-    what: str, max_wait: float = 30.0, attempts: int = STATUS_ATTEMPTS
-) -> AsyncRetrying:
-    """The same policy for the triggerer: ``await async_status_retrying(...)(coroutine_fn, ...)``."""
-    return AsyncRetrying(**_policy(what, max_wait, attempts))
 
 
 def tracker_retrying(what: str) -> Retrying:

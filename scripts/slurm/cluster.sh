@@ -6,6 +6,19 @@
 #   scripts/slurm/cluster.sh down      stop them again
 #   scripts/slurm/cluster.sh status    exit 0 when sinfo and sacct answer
 #
+# A private cluster beside it (tests that stop daemons or need another configuration use one, so the
+# shared cluster never changes): its own configs, state, pid files and ports, the same munge and
+# MariaDB (its own database). Every Slurm command then needs SLURM_CONF=$SLURM_STATE/etc/slurm.conf.
+#
+#   SLURM_STATE=/tmp/c SLURMCTLD_PORT=7817 SLURMD_PORT=7818 SLURMDBD_PORT=7819 \
+#     scripts/slurm/cluster.sh up --private [--no-accounting | --no-job-comment] [--cluster NAME]
+#   SLURM_STATE=/tmp/c scripts/slurm/cluster.sh stop --private slurmctld slurmdbd   by pid file
+#   SLURM_STATE=/tmp/c scripts/slurm/cluster.sh start --private    what was stopped, again
+#   SLURM_STATE=/tmp/c scripts/slurm/cluster.sh down --private
+#
+# --no-accounting: no slurmdbd at all (AccountingStorageType unset, no sacct); --no-job-comment:
+# accounting as Slurm's default keeps it, without AccountingStoreFlags=job_comment.
+#
 # Everything this script writes lives under $SLURM_STATE (default /var/tmp/torchx-airflow-slurm):
 # configs, spool directories, logs, the MariaDB data directory and pid files. The cluster is one node
 # named after this host with all its CPUs and ~80% of its memory, in one default partition "debug".
@@ -14,11 +27,31 @@ set -euo pipefail
 STATE="${SLURM_STATE:-/var/tmp/torchx-airflow-slurm}"
 ETC=/etc/slurm
 HOST="$(hostname -s)"
+PRIVATE=0
+ACCOUNTING=full   # full | none | no_job_comment
+COMMAND="${1:-}"
+[ $# -gt 0 ] && shift
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --private) PRIVATE=1 ;;
+    --no-accounting) ACCOUNTING=none ;;
+    --no-job-comment) ACCOUNTING=no_job_comment ;;
+    --cluster) shift; CLUSTER_NAME="$1" ;;
+    *) break ;;
+  esac
+  shift
+done
+if [ "$PRIVATE" = 1 ]; then
+  [ -n "${SLURM_STATE:-}" ] || { echo "[slurm] --private needs SLURM_STATE (its own directory)" >&2; exit 2; }
+  ETC="$STATE/etc"
+  export SLURM_CONF="$ETC/slurm.conf"
+fi
 PACKAGES=(slurmctld slurmd slurmdbd slurm-client munge mariadb-server)
+CLUSTER="${CLUSTER_NAME:-torchx}"
 DB_NAME=slurm_acct_db
+[ "$PRIVATE" = 1 ] && DB_NAME="slurm_acct_$CLUSTER"
 DB_USER=slurm
 DB_PASS=slurmdbd-local
-CLUSTER=torchx
 
 log() { echo "[slurm] $*"; }
 need_root() {
@@ -40,6 +73,16 @@ install() {
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" > "$STATE.apt.log" 2>&1 \
     || { cat "$STATE.apt.log" >&2; exit 1; }
+}
+
+accounting_config() {
+  [ "$ACCOUNTING" = none ] && return
+  echo "AccountingStorageType=accounting_storage/slurmdbd"
+  echo "AccountingStorageHost=localhost"
+  echo "AccountingStoragePort=${SLURMDBD_PORT:-6819}"
+  [ "$ACCOUNTING" = no_job_comment ] && return
+  echo "# job comments in accounting: a retry finds a job by the mark its try put there (torchx_airflow.schedulers.slurm)"
+  echo "AccountingStoreFlags=job_comment"
 }
 
 write_configs() {
@@ -87,15 +130,11 @@ SlurmctldPidFile=$STATE/run/slurmctld.pid
 SlurmdPidFile=$STATE/run/slurmd.pid
 SlurmctldLogFile=$STATE/log/slurmctld.log
 SlurmdLogFile=$STATE/log/slurmd.log
-AccountingStorageType=accounting_storage/slurmdbd
-AccountingStorageHost=localhost
-AccountingStoragePort=${SLURMDBD_PORT:-6819}
-# job comments in accounting: a retry finds a job by the mark its try put there (torchx_airflow.schedulers.slurm)
-AccountingStoreFlags=job_comment
+$(accounting_config)
 JobAcctGatherType=jobacct_gather/linux
 JobCompType=jobcomp/none
 ReturnToService=2
-MinJobAge=300
+MinJobAge=${SLURM_MIN_JOB_AGE:-300}
 KillWait=5
 InactiveLimit=0
 SchedulerType=sched/backfill
@@ -181,6 +220,57 @@ up() {
   log "cluster $CLUSTER up: $(sinfo -h -o '%P %D nodes %c cpus %m MB %a')"
 }
 
+alive() {  # daemon: whether its pid file names a live process
+  local pid
+  pid="$(cat "$STATE/run/$1.pid" 2>/dev/null)" || return 1
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
+}
+
+start_private() {  # the daemons of the private cluster that are not running; by pid file, never by name
+  if [ "$ACCOUNTING" != none ] && [ -f "$ETC/slurmdbd.conf" ] && ! alive slurmdbd; then
+    slurmdbd
+    wait_for slurmdbd 60 sacctmgr -i list cluster
+    log "slurmdbd started ($ETC)"
+  fi
+  if ! alive slurmctld; then
+    slurmctld
+    wait_for slurmctld 60 scontrol ping
+    log "slurmctld started ($ETC)"
+  fi
+  if ! alive slurmd; then
+    slurmd
+    log "slurmd started ($ETC)"
+  fi
+}
+
+up_private() {
+  need_root up
+  mkdir -p "$STATE"
+  write_configs
+  [ "$ACCOUNTING" = none ] && rm -f "$ETC/slurmdbd.conf"
+  start_munge
+  if [ "$ACCOUNTING" != none ]; then
+    start_mariadb
+    slurmdbd
+    wait_for slurmdbd 60 sacctmgr -i list cluster
+    sacctmgr -n -P list cluster format=cluster | grep -qx "$CLUSTER" || sacctmgr -i add cluster "$CLUSTER" >/dev/null
+  fi
+  start_private
+  scontrol update nodename="$HOST" state=resume >/dev/null 2>&1 || true
+  wait_for "node $HOST" 60 sh -c "sinfo -h -N -o %T | grep -Eq '^(idle|mixed|allocated)'"
+  log "private cluster $CLUSTER up: SLURM_CONF=$SLURM_CONF"
+}
+
+stop_private() {  # daemons...: SIGTERM by pid file, then wait until each has exited
+  local daemon pid
+  for daemon in "$@"; do
+    pid="$(cat "$STATE/run/$daemon.pid" 2>/dev/null)" || continue
+    kill "$pid" 2>/dev/null || continue
+    for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    log "$daemon stopped ($ETC)"
+  done
+}
+
 down() {
   for daemon in slurmd slurmctld slurmdbd; do
     pkill -x "$daemon" 2>/dev/null && log "$daemon stopped" || true
@@ -203,10 +293,16 @@ status() {
   sinfo -h >/dev/null 2>&1 && sacct -n -X -S now-1minutes >/dev/null 2>&1
 }
 
-case "${1:-}" in
+need_private() {
+  [ "$PRIVATE" = 1 ] || { echo "[slurm] $1 is for a private cluster: add --private" >&2; exit 2; }
+}
+
+case "$COMMAND" in
   install) install ;;
-  up) up ;;
-  down) down ;;
+  up) if [ "$PRIVATE" = 1 ]; then up_private; else up; fi ;;
+  down) if [ "$PRIVATE" = 1 ]; then stop_private slurmd slurmctld slurmdbd; else down; fi ;;
+  stop) need_private stop; stop_private "$@" ;;
+  start) need_private start; [ -f "$ETC/slurmdbd.conf" ] || ACCOUNTING=none; start_private ;;
   status) status ;;
-  *) echo "usage: $0 install|up|down|status" >&2; exit 2 ;;
+  *) echo "usage: $0 install|up|down|status [--private [--no-accounting|--no-job-comment]] | stop DAEMON... | start" >&2; exit 2 ;;
 esac

@@ -9,3 +9,9 @@ import pytest
 @pytest.fixture(autouse=True)
 def _no_trigger_settle_delay(monkeypatch):
     monkeypatch.setattr("torchx_airflow.triggers.torchx.SETTLE_SECONDS", 0.0)
+
+
+@pytest.fixture(autouse=True)
+def _no_poll_interval_floor(monkeypatch):
+    """Unit tests poll fake schedulers every few milliseconds; the floor has its own tests."""
+    monkeypatch.setenv("AIRFLOW__TORCHX__MIN_POLL_INTERVAL", "0")

@@ -9,6 +9,7 @@ from typing import Any
 
 from torchx.specs import AppStatus
 
+from torchx_airflow.hooks.settings import TorchXConnectionSettings
 from torchx_airflow.hooks.torchx import TorchXDryRun
 from torchx_airflow.operators.torchx import TorchXOperator
 
@@ -21,6 +22,7 @@ class FakeSchedulerHook:
 
     scheduler = "slurm"
     cfg: dict[str, Any] = {}
+    settings = TorchXConnectionSettings(scheduler="slurm")
 
     def __init__(self, answers: list[Any]) -> None:
         self.answers = list(answers)

@@ -80,7 +80,7 @@ def test_a_retry_whose_earlier_submission_never_reached_the_scheduler_submits():
 
 
 def test_a_scheduler_that_cannot_tell_fails_the_try_submitting_nothing_and_keeps_the_mark(monkeypatch):
-    monkeypatch.setattr("torchx_airflow.retry._MIN_WAIT", 0.001)
+    monkeypatch.setattr("torchx_airflow.durable._LOOKUP_INTERVAL", 0.01)
     hook = FakeSchedulerHook([AppState.RUNNING])
     hook.found = RuntimeError("squeue failed (exit code 1): slurm_load_jobs error")
     hook.schedule = None  # type: ignore[assignment]
@@ -88,7 +88,7 @@ def test_a_scheduler_that_cannot_tell_fails_the_try_submitting_nothing_and_keeps
     mark = {"token": "t0k3n", "scheduler": "slurm", "since": 1.0}
     store.set("torchx_submission", mark)
     with pytest.raises(TorchXError, match="could not say whether that job exists") as error:
-        _operator(hook, deferrable=True).execute(_context(store))
+        _operator(hook, deferrable=True, outage_timeout=0.2).execute(_context(store))
     assert "squeue failed" in str(error.value) and "state-store/torchx_submission" in str(error.value)
     assert store.values == {"torchx_submission": mark}
 

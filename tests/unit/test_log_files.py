@@ -71,3 +71,65 @@ def test_log_file_follower_shows_each_line_once_and_keeps_streams_apart(tmp_path
     again = LogFileFollower(follower.streams, follower.cursor)
     assert again.read_new(locate, final=True) == []
     assert again.cursor == follower.cursor
+
+
+def test_log_file_follower_resumes_from_its_byte_offsets_not_from_byte_0(tmp_path):
+    from torchx_airflow.log_files import LogFileFollower
+
+    log = tmp_path / "out"
+    log.write_text("".join(f"line {i}\n" for i in range(1000)) + "unfin")
+    streams = [("trainer", 0, "stdout")]
+    first = LogFileFollower(streams)
+    assert len(first.read_new(lambda *_: str(log))) == 1000
+    # a triggerer restart: the trigger comes back with its cursor and offsets, the file was rotated
+    # away under the old lines (only the offsets can tell where to go on)
+    offset = first.offsets["trainer/0/stdout"]
+    assert offset == log.stat().st_size - len("unfin")
+    log.write_bytes(b"x" * offset + b"unfinished\nnew\n")
+    again = LogFileFollower(streams, first.cursor, first.offsets)
+    assert again.read_new(lambda *_: str(log)) == [("[trainer/0]", "unfinished"), ("[trainer/0]", "new")]
+    assert again.cursor == {"trainer/0/stdout": 1002}
+
+
+def test_log_file_follower_reads_in_bounded_chunks_and_caps_a_progress_line(tmp_path, monkeypatch):
+    from torchx_airflow import log_files
+
+    monkeypatch.setattr(log_files, "CHUNK_BYTES", 1024)
+    monkeypatch.setattr(log_files, "MAX_BYTES_PER_LOOK", 4096)
+    log = tmp_path / "out"
+    # a progress bar that never ends its line: 100 KB of \r-separated states
+    log.write_bytes(b"start\n" + b"".join(b"%05d%%\r" % i for i in range(14000)))
+    follower = log_files.LogFileFollower([("t", 0, "stdout")])
+    reads = []
+    real_open = open
+
+    class CountingFile:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def seek(self, n):
+            self.f.seek(n)
+
+        def read(self, n):
+            reads.append(n)
+            return self.f.read(n)
+
+    monkeypatch.setattr(log_files, "open", lambda p, mode: CountingFile(real_open(p, mode)), raising=False)
+    shown = []
+    for _ in range(40):
+        shown += follower.read_new(lambda *_: str(log))
+        assert len(follower._partial.get("t/0/stdout", b"")) <= log_files.MAX_PARTIAL_LINE
+    assert shown == [("[t/0]", "start")]
+    assert max(reads) == 1024 and len(reads) <= 40 * 4
+    with log.open("ab") as f:
+        f.write(b"done\n")
+    for _ in range(40):
+        shown += follower.read_new(lambda *_: str(log))
+    assert shown[-1][1].endswith("13999%\rdone") and len(shown) == 2
+    assert follower.offsets["t/0/stdout"] == log.stat().st_size

@@ -32,7 +32,7 @@ def test_provider_info_lists_every_class_and_they_import():
     assert info["package-name"] == "torchx-airflow"
     conns = {c["connection-type"]: c for c in info["connection-types"]}
     assert set(conns) == {"torchx", "torchx_fsspec", "mlflow"}
-    assert set(conns["torchx"]["conn-fields"]) == {"scheduler", "cfg", "trackers"}
+    assert set(conns["torchx"]["conn-fields"]) == {"scheduler", "cfg", "trackers", "outage_timeout"}
     assert set(conns["torchx_fsspec"]["conn-fields"]) == {"root", "storage_options"}
     assert set(conns["mlflow"]["conn-fields"]) == {"experiment"}
     assert conns["mlflow"]["ui-field-behaviour"]["relabeling"]["host"] == "Tracking URI"
@@ -55,3 +55,24 @@ def test_airflow_lists_the_provider_and_its_connection_type():
     ).stdout
     for hook in ("torchx.TorchXHook", "tracker.TorchXFsspecHook", "tracker.MlflowTrackerHook"):
         assert f"torchx_airflow.hooks.{hook}" in conns
+
+
+def test_the_torchx_config_section_holds_the_defaults_a_task_and_connection_override(monkeypatch):
+    from airflow.sdk.configuration import conf
+
+    monkeypatch.delenv("AIRFLOW__TORCHX__MIN_POLL_INTERVAL")  # the unit tests' own setting
+
+    section = get_provider_info()["config"]["torchx"]["options"]
+    assert set(section) == {
+        "outage_timeout",
+        "poll_interval",
+        "tracker_timeout",
+        "max_log_lines",
+        "min_poll_interval",
+    }
+    # the defaults Airflow reads are the operators' own: nothing changes until a site sets them
+    assert conf.getfloat("torchx", "outage_timeout") == 600.0
+    assert conf.getfloat("torchx", "poll_interval") == 5.0
+    assert conf.getfloat("torchx", "tracker_timeout") == 60.0
+    assert conf.getint("torchx", "max_log_lines") == 1000
+    assert conf.getfloat("torchx", "min_poll_interval") == 1.0

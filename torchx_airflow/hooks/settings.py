@@ -3,7 +3,10 @@
 Connection extra (all optional)::
 
     {"scheduler": "slurm", "cfg": {"partition": "gpu", "time": "01:00:00"}, "trackers": ["mlflow_default"],
-     "env_passthrough": ["CUDA_HOME", "NCCL_*"]}
+     "env_passthrough": ["CUDA_HOME", "NCCL_*"], "outage_timeout": 1800}
+
+``outage_timeout``: seconds a wait on this connection's scheduler goes on while the scheduler gives
+no answer (a task's own ``outage_timeout`` wins; unset: ``[torchx] outage_timeout``, 600 s).
 
 Also the parsers other connection types share: a JSON-object extra, the list of known extra keys.
 """
@@ -31,6 +34,7 @@ class TorchXConnectionSettings:
     cfg: dict[str, Any] = field(default_factory=dict)
     trackers: tuple[str, ...] = ()
     env_passthrough: tuple[str, ...] = ()
+    outage_timeout: float | None = None
 
     @classmethod
     def from_extra(cls, conn_id: str, extra: Mapping[str, Any]) -> TorchXConnectionSettings:
@@ -54,7 +58,19 @@ class TorchXConnectionSettings:
             cfg=parse_json_object(conn_id, "cfg", get("cfg"), '{"partition": "gpu", "time": "01:00:00"}'),
             trackers=_parse_trackers(conn_id, get("trackers")),
             env_passthrough=parse_env_passthrough(conn_id, get("env_passthrough")),
+            outage_timeout=_parse_outage_timeout(conn_id, get("outage_timeout")),
         )
+
+
+def _parse_outage_timeout(conn_id: str, value: Any) -> float | None:
+    from torchx_airflow.retry import check_outage_timeout
+
+    try:
+        return check_outage_timeout(value, f"Connection {conn_id!r}")
+    except TorchXConnectionError:
+        raise
+    except Exception as e:  # TorchXConfigError: a connection's is a connection error
+        raise TorchXConnectionError(f"{e} Set extra 'outage_timeout' to a number, e.g. 1800.") from None
 
 
 def check_extra_keys(conn_id: str, conn_type: str, extra: Mapping[str, Any], known: Iterable[str]) -> None:

@@ -382,11 +382,12 @@ class TorchXHook(BaseHook):
         """
         import time
 
-        from torchx_airflow.retry import status_retrying
+        from torchx_airflow.retry import StatusOutage, call_status, resolve_outage_timeout
 
-        poll = status_retrying(f"Status of TorchX app {app_handle}", max_wait=wait_interval)
+        budget = resolve_outage_timeout(None, self.settings.outage_timeout)
+        outage = StatusOutage(f"Status of TorchX app {app_handle}", budget)
         while True:
-            status = poll(self.status, app_handle)
+            status = call_status(outage, wait_interval, self.status, app_handle)
             if status is None or status.is_terminal():
                 return status
             time.sleep(wait_interval)

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
     from torchx_airflow.durable import DurableSubmission
     from torchx_airflow.kills import TaskInstanceKey
+    from torchx_airflow.retry import StatusOutage
 
 
 # App states worth reattaching to; UNKNOWN is what some schedulers report right after submission.
@@ -79,12 +80,20 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         ``[operators] default_deferrable``. Needs a scheduler whose apps outlive the launching
         process (slurm, kubernetes, ...); on local_cwd and local_docker the task waits in the
         worker instead, with a warning, so one DAG runs on either.
-    :param poll_interval: seconds between status checks while waiting.
+    :param poll_interval: seconds between status checks while waiting (default ``[torchx]
+        poll_interval``, 5; in the triggerer, at least
+        ``triggers.poller.MIN_POLL_INTERVAL``: the query is shared by every wait on the connection).
+    :param outage_timeout: seconds a wait goes on while the scheduler gives no answer (a controller
+        restart, an API server failing over), counted from its last good answer; None takes the
+        connection's ``outage_timeout`` extra, else ``[torchx] outage_timeout`` (600 s). See
+        :mod:`torchx_airflow.retry`.
     :param stream_logs: write every replica's log lines into the task log, prefixed ``[role/replica]``
         (as they arrive when waiting in the worker; when the task resumes after a deferred wait).
-    :param max_log_lines: after a deferred wait, at most this many last lines per replica and stream.
+    :param max_log_lines: after a deferred wait, at most this many last lines per replica and stream
+        (default ``[torchx] max_log_lines``, 1000).
     :param durable: keep the handle in ``task_state_store`` so a retry reattaches (default True).
-    :param tracker_timeout: seconds the task gives its trackers at each step: opening them before
+    :param tracker_timeout: seconds the task gives its trackers at each step (default ``[torchx]
+        tracker_timeout``, 60): opening them before
         submission (past it the task fails, nothing submitted), recording lineage and metadata after
         submission, reading results at the end (past it, a warning: the app is never lost or
         duplicated because a tracker hangs).
@@ -103,10 +112,11 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         *,
         wait_for_completion: bool = True,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-        poll_interval: float = 5.0,
+        poll_interval: float = conf.getfloat("torchx", "poll_interval", fallback=5.0),
         stream_logs: bool = True,
-        max_log_lines: int = 1000,
-        tracker_timeout: float = 60.0,
+        max_log_lines: int = conf.getint("torchx", "max_log_lines", fallback=1000),
+        tracker_timeout: float = conf.getfloat("torchx", "tracker_timeout", fallback=60.0),
+        outage_timeout: float | None = None,
         artifact_assets: Mapping[str, Asset | AssetAlias] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -125,6 +135,9 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         self.stream_logs = stream_logs
         self.max_log_lines = max_log_lines
         self.tracker_timeout = tracker_timeout
+        from torchx_airflow.retry import check_outage_timeout
+
+        self.outage_timeout = check_outage_timeout(outage_timeout, f"Task {self.task_id!r}")
         self._app_handle: str | None = None
         self._status: AppStatus | None = None
         self._result: dict[str, Any] | None = None
@@ -178,7 +191,9 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         from torchx_airflow.durable import DurableSubmission
 
         store = context.get("task_state_store") if self.durable else None
-        return DurableSubmission(self.hook, store, self.external_id_key, self.task_id, self.log)
+        return DurableSubmission(
+            self.hook, store, self.external_id_key, self.task_id, self.log, self._outage_budget()
+        )
 
     def submit_job(self, context: Context) -> str:
         dryrun, _ = self.dryrun(self._app)
@@ -239,17 +254,40 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
 
     # waiting (torchx_airflow.waiting)
 
+    def _outage_budget(self) -> float:
+        """``outage_timeout``: the task's, else its connection's, else the site's."""
+        from torchx_airflow.retry import resolve_outage_timeout
+
+        return resolve_outage_timeout(self.outage_timeout, self.hook.settings.outage_timeout)
+
+    def _status_outage(self, app_handle: str) -> StatusOutage:
+        """The outage state of this execution's wait on ``app_handle`` (one per execution)."""
+        outage = self.__dict__.get("_outage")
+        if outage is None or outage.what != f"Status of {app_handle}":
+            from torchx_airflow.retry import StatusOutage
+
+            outage = self.__dict__["_outage"] = StatusOutage(
+                f"Status of {app_handle}", self._outage_budget(), self.log
+            )
+        return outage
+
     def _poll_status(self, app_handle: str) -> AppStatus | None:
         from torchx_airflow.waiting import poll_status
 
-        return poll_status(self.hook, app_handle, self.poll_interval)
+        return poll_status(self.hook, app_handle, self.poll_interval, self._status_outage(app_handle))
 
     def wait(self, app_handle: str, app: AppDef) -> AppStatus:
         """Poll until the app is terminal, streaming its logs meanwhile (``waiting.wait_for_app``)."""
         from torchx_airflow.waiting import wait_for_app
 
         return wait_for_app(
-            self.hook, app_handle, role_replicas(app), self.poll_interval, self.log, self.stream_logs
+            self.hook,
+            app_handle,
+            role_replicas(app),
+            self.poll_interval,
+            self.log,
+            self._status_outage(app_handle),
+            self.stream_logs,
         )
 
     def result(
@@ -303,6 +341,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
                 log_cursor={},
                 log_replicas=role_replicas(self._app) if self.stream_logs else None,
                 tracker_conn_ids=self.trackers.conn_ids,
+                outage_timeout=self._outage_budget(),
             ),
             method_name="execute_complete",
         )

@@ -47,9 +47,20 @@ class SchedulerSupport:
         """Status of every app: ``None`` for an app the scheduler does not know.
 
         An app missing from the answer was not answered (try again); a failure of the whole query
-        raises. The default asks ``Runner.status`` once per app.
+        raises. The default asks ``Runner.status`` once per app: an app whose own query fails (a 403
+        on one Kubernetes namespace) is left unanswered, so its error never reaches the others (asked
+        alone, it raises its own error); only when every app's query fails does the call raise.
         """
-        return {app_id: self.runner.status(self.handle(app_id)) for app_id in dict.fromkeys(app_ids)}
+        answer: dict[str, AppStatus | None] = {}
+        first_error: Exception | None = None
+        for app_id in dict.fromkeys(app_ids):
+            try:
+                answer[app_id] = self.runner.status(self.handle(app_id))
+            except Exception as e:
+                first_error = first_error or e
+        if first_error is not None and not answer:
+            raise first_error
+        return answer
 
     def status(self, app_id: str) -> AppStatus | None:
         """Status of one app (``statuses`` of one); raises ``LookupError`` when it went unanswered."""

@@ -6,6 +6,20 @@ state CANCELLED by 0" on a job cancelled with ``scancel``. Here ``statuses`` ask
 ``sacct -j id1,...,idN`` once for all apps, and ``squeue`` only for the ids accounting does not
 have yet (a job submitted a moment ago); every Slurm state maps to a TorchX ``AppState``, and the
 Slurm state itself is the status's ``msg``.
+
+Sites as they are configured in the wild:
+
+- No accounting (no ``slurmdbd``, ``AccountingStorageType`` unset, which ``scontrol show config``
+  tells): status comes from ``squeue`` alone, which knows jobs that are queued, running, or ended
+  within ``MinJobAge`` (300 s by default); a job older than that is gone from Slurm altogether.
+- Accounting down (``slurmdbd`` restarting): ``squeue`` answers for the jobs ``slurmctld`` still
+  has; an app neither can answer for is left unanswered (asked again), never reported unknown.
+- Job comments not kept in accounting (``AccountingStoreFlags`` without ``job_comment``, Slurm's
+  default): a job that left ``squeue`` cannot be found by its submission mark, so
+  ``find_submission`` refuses to guess and says what to configure.
+
+Job ids are ASCII digits, checked before any command runs: ``"١٢٣".isdigit()`` is True, and one
+such id in ``sacct -j`` fails the whole query.
 """
 
 from __future__ import annotations
@@ -81,6 +95,53 @@ class SlurmJobRow:
     workdir: str = ""
 
 
+# Slurm's job ids are 32-bit; squeue refuses a larger one ("Invalid job id: ...") for the whole query
+_MAX_JOB_ID = 0xFFFFFFFD
+
+
+def is_job_id(app_id: str) -> bool:
+    """Whether ``app_id`` can be a Slurm job id: ASCII digits only (``str.isdigit`` takes ``١٢٣``),
+    within Slurm's 32-bit range."""
+    return app_id.isascii() and app_id.isdigit() and 0 < int(app_id) <= _MAX_JOB_ID
+
+
+@dataclass(frozen=True)
+class SlurmAccounting:
+    """What ``scontrol show config`` says about accounting."""
+
+    storage_type: str
+    store_flags: tuple[str, ...]
+
+    @property
+    def enabled(self) -> bool:
+        """Whether jobs go to accounting at all (``sacct`` answers)."""
+        return self.storage_type not in ("", "(null)", "accounting_storage/none")
+
+    @property
+    def keeps_comments(self) -> bool:
+        """Whether accounting keeps job comments (what finds a job by its mark once it left squeue)."""
+        return self.enabled and "job_comment" in self.store_flags
+
+
+def slurm_accounting() -> SlurmAccounting:
+    """Accounting as slurmctld is configured; raises when ``scontrol`` cannot answer."""
+    proc = _run(["scontrol", "show", "config"])
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"scontrol show config failed (exit code {proc.returncode}): {proc.stderr.strip()}"
+        )
+    settings: dict[str, str] = {}
+    for line in proc.stdout.splitlines():
+        name, sep, value = line.partition("=")
+        if sep:
+            settings[name.strip()] = value.strip()
+    flags = settings.get("AccountingStoreFlags", "")
+    return SlurmAccounting(
+        settings.get("AccountingStorageType", ""),
+        tuple(f.strip() for f in flags.split(",") if f.strip() and f.strip() != "(null)"),
+    )
+
+
 def _run(cmd: Sequence[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(cmd), capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
 
@@ -112,7 +173,8 @@ def squeue_rows(app_ids: Sequence[str]) -> list[SlurmJobRow] | None:
     """
     proc = _run(["squeue", "-h", "--states=all", "-j", ",".join(app_ids), "-o", "%i|%j|%T|%Z"])
     if proc.returncode != 0:
-        return [] if "Invalid job id" in proc.stderr else None
+        # only "none of them": a malformed id ("Invalid job id: 1x") must not read as that
+        return [] if "Invalid job id specified" in proc.stderr else None
     rows = []
     for line in proc.stdout.splitlines():
         parts = line.split("|")
@@ -183,6 +245,17 @@ def sacct_marked(mark: str, user: str, since: float) -> str | None:
     return _job_with_mark(proc.stdout.splitlines(), mark)
 
 
+_UNTRUSTED_LOOKUP = (
+    "An earlier try died while submitting its Slurm job, and that job cannot be looked up: it is not in "
+    "squeue, and this cluster's accounting keeps no job comments (AccountingStorageType={storage}, "
+    "AccountingStoreFlags without job_comment), where the job's submission mark is. Submitting again "
+    "could run the job twice, so nothing was submitted. To fix this, add AccountingStoreFlags=job_comment "
+    "to slurm.conf (with slurmdbd accounting) and run `scontrol reconfigure`; or, if that job is known "
+    "not to exist or to be done with, delete the task's state-store key 'torchx_submission' and clear "
+    "the task."
+)
+
+
 class SlurmSupport(SchedulerSupport):
     """Slurm through its command-line clients (``sacct``, ``squeue``, ``scontrol``)."""
 
@@ -204,34 +277,79 @@ class SlurmSupport(SchedulerSupport):
     def find_submission(self, token: str, since: float) -> str | None:
         """The stamped job: in ``squeue`` (queued, running, or ended within ``MinJobAge``), else in
         ``sacct`` (which has comments where ``AccountingStoreFlags=job_comment``). Jobs of this
-        process's uid, the one ``sbatch`` submitted as. Raises when either cannot answer."""
+        process's uid, the one ``sbatch`` submitted as. Raises when either cannot answer, and
+        ``TorchXConfigError`` when the job is not in ``squeue`` and accounting keeps no comments:
+        "not found" could then be a job that already ended, and submitting again would duplicate it.
+        """
         mark, user = submission_mark(token), str(os.getuid())
-        return squeue_marked(mark, user) or sacct_marked(mark, user, since)
+        found = squeue_marked(mark, user)
+        if found is not None:
+            return found
+        accounting = self._accounting(refresh=True)
+        if not accounting.keeps_comments:
+            raise TorchXConfigError(_UNTRUSTED_LOOKUP.format(storage=accounting.storage_type or "(unset)"))
+        return sacct_marked(mark, user, since)
 
     def __init__(self, name: str, runner: Runner) -> None:
         super().__init__(name, runner)
         self._workdirs: dict[str, str] = {}
+        self._accounting_config: SlurmAccounting | None = None
+
+    def _accounting(self, refresh: bool = False) -> SlurmAccounting:
+        """The cluster's accounting settings, asked once per hook (raises while scontrol cannot answer)."""
+        if refresh or self._accounting_config is None:
+            self._accounting_config = slurm_accounting()
+        return self._accounting_config
+
+    def _accounting_enabled(self) -> bool:
+        """Whether accounting is configured; while ``scontrol`` cannot tell, assume it is."""
+        try:
+            return self._accounting().enabled
+        except (RuntimeError, OSError, subprocess.SubprocessError):
+            return True
+
+    def _accounting_rows(
+        self, job_ids: Sequence[str]
+    ) -> tuple[dict[str, list[SlurmJobRow]], Exception | None]:
+        """``sacct``'s rows by app, and the error of a ``sacct`` that failed on a cluster with accounting.
+
+        ``scontrol show config`` is asked only once ``sacct`` failed: a cluster without accounting
+        is remembered and never asked ``sacct`` again; a healthy one never runs ``scontrol``.
+        """
+        if self._accounting_config is not None and not self._accounting_config.enabled:
+            return {}, None
+        try:
+            return self._by_app(sacct_rows(job_ids)), None
+        except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+            return {}, (e if self._accounting_enabled() else None)
 
     def statuses(self, app_ids: Sequence[str]) -> dict[str, AppStatus | None]:
-        """One ``sacct`` for all apps; one ``squeue`` for those accounting does not have yet."""
+        """One ``sacct`` for all apps; one ``squeue`` for those accounting does not have (yet).
+
+        An id that is no Slurm job id is unknown (``None``) without a command. Without accounting,
+        or while ``sacct`` fails, ``squeue`` answers for the jobs slurmctld has; the others are
+        unknown only when both sources answered without them.
+        """
         ids = list(dict.fromkeys(app_ids))
-        answer: dict[str, AppStatus | None] = {i: None for i in ids if not i.isdigit()}
-        numeric = [i for i in ids if i.isdigit()]
-        if not numeric:
+        answer: dict[str, AppStatus | None] = {i: None for i in ids if not is_job_id(i)}
+        job_ids = [i for i in ids if is_job_id(i)]
+        if not job_ids:
             return answer
-        found = self._by_app(sacct_rows(numeric))
-        missing = [i for i in numeric if i not in found]
+        found, accounting_error = self._accounting_rows(job_ids)
+        missing = [i for i in job_ids if i not in found]
         if missing:
             queued = squeue_rows(missing)
+            if queued is None and accounting_error is not None:
+                raise accounting_error  # neither source answers: the whole query failed
             if queued is None:  # squeue failed: those apps are not answered this time
                 missing = []
             else:
                 found.update(self._by_app(queued))
-        for app_id in numeric:
+        for app_id in job_ids:
             if app_id in found:
                 answer[app_id] = app_status(found[app_id])
-            elif app_id in missing:
-                answer[app_id] = None  # neither accounting nor slurmctld has it
+            elif app_id in missing and accounting_error is None:
+                answer[app_id] = None  # neither accounting (if any) nor slurmctld has it
         return answer
 
     def _by_app(self, rows: Iterable[SlurmJobRow]) -> dict[str, list[SlurmJobRow]]:
@@ -245,8 +363,8 @@ class SlurmSupport(SchedulerSupport):
     def workdir(self, app_id: str, ask: bool = True) -> str | None:
         """Where the job runs (its output files are there): from the last status query, else asked
         (unless ``ask`` is False)."""
-        if ask and app_id not in self._workdirs and app_id.isdigit():
-            self._by_app(sacct_rows([app_id]))
+        if ask and app_id not in self._workdirs and is_job_id(app_id):
+            self._accounting_rows([app_id])
             if app_id not in self._workdirs:
                 self._by_app(squeue_rows([app_id]) or [])
         return self._workdirs.get(app_id)

@@ -45,11 +45,17 @@ class TorchXAppSensor(BaseSensorOperator):
     ever cancels or changes the app. In every mode (poke, reschedule, deferrable) the timeout fails
     the sensor with ``AirflowSensorTimeout``, an app that ended other than SUCCEEDED fails it with
     ``TorchXAppTerminalError``, and ``soft_fail=True`` turns both into a skip. A status query that
-    fails is retried with the provider's status policy (``torchx_airflow.retry``).
+    fails is asked again at every ``poke_interval`` while the scheduler is down, for up to
+    ``outage_timeout`` seconds after its last good answer (``torchx_airflow.retry``); the app is
+    "not found" only when the scheduler says it does not know it. In reschedule mode the budget
+    counts from the poke's start (a poke has no memory of the ones before it).
 
     :param app_handle: ``scheduler://session/app_id`` (templated).
     :param torchx_conn_id: the ``torchx`` connection (used for scheduler-side settings).
-    :param deferrable: wait in the triggerer.
+    :param deferrable: wait in the triggerer. The triggerer's shared status query runs at most
+        every ``[torchx] min_poll_interval`` seconds (1 s), whatever ``poke_interval`` says.
+    :param outage_timeout: seconds the wait goes on while the scheduler gives no answer; None: the
+        connection's ``outage_timeout`` extra, else ``[torchx] outage_timeout`` (600 s).
     """
 
     template_fields: Sequence[str] = ("app_handle", "torchx_conn_id")
@@ -61,12 +67,22 @@ class TorchXAppSensor(BaseSensorOperator):
         app_handle: str,
         torchx_conn_id: str = TorchXHook.default_conn_name,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        outage_timeout: float | None = None,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
+        from torchx_airflow.retry import check_outage_timeout
+
         self.app_handle = app_handle
         self.torchx_conn_id = torchx_conn_id
         self.deferrable = deferrable
+        self.outage_timeout = check_outage_timeout(outage_timeout, f"Sensor {self.task_id!r}")
+        self._outage: Any = None
+
+    def _outage_budget(self) -> float:
+        from torchx_airflow.retry import resolve_outage_timeout
+
+        return resolve_outage_timeout(self.outage_timeout, self.hook.settings.outage_timeout)
 
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
@@ -94,6 +110,7 @@ class TorchXAppSensor(BaseSensorOperator):
                 poll_interval=self.poke_interval,
                 deadline=time.time() + self.timeout if self.timeout else None,
                 cancel_on_kill=False,
+                outage_timeout=self._outage_budget(),
             ),
             method_name="execute_complete",
         )
@@ -120,11 +137,13 @@ class TorchXAppSensor(BaseSensorOperator):
 
     def poke(self, context: Context) -> PokeReturnValue:
         app_handle = check_app_handle(self.app_handle)
-        from torchx_airflow.retry import status_retrying
+        from torchx_airflow.retry import StatusOutage, call_status
 
-        retrying = status_retrying(f"Status of {app_handle}", max_wait=self.poke_interval)
+        if self._outage is None or self._outage.what != f"Status of {app_handle}":
+            # one per sensor execution: in poke mode the budget spans pokes, from the last good answer
+            self._outage = StatusOutage(f"Status of {app_handle}", self._outage_budget(), self.log)
         try:
-            status = retrying(self.hook.status, app_handle)
+            status = call_status(self._outage, self.poke_interval, self.hook.status, app_handle)
         finally:
             self.hook.close()
         if status is None:

@@ -8,7 +8,9 @@ a Kubernetes API call) never blocks the triggerer's event loop. The trigger yiel
     {"status": "not_found", "app_handle", "message"}          the scheduler does not know the app
     {"status": "timeout", "app_handle", "state", "message"}    the deadline passed (the app was
                                                                cancelled only with cancel_on_kill)
-    {"status": "error", "app_handle", "message"}               status kept failing (retry policy)
+    {"status": "error", "app_handle", "message"}               the scheduler gave no answer for
+                                                               outage_timeout (retry policy), or
+                                                               the handle's own query keeps failing
 
 Killing the task (marking it failed or success, clearing it) calls ``on_kill``, which cancels the
 app after checking it is not already terminal. A triggerer restart never cancels anything: the next
@@ -30,8 +32,9 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from torchx_airflow.apps import AppHandle, summarize_status
+from torchx_airflow.exceptions import TorchXSchedulerOutageError
 from torchx_airflow.hooks.torchx import TorchXHook
-from torchx_airflow.retry import async_status_retrying
+from torchx_airflow.retry import StatusOutage, async_status_retrying, is_retryable, resolve_outage_timeout
 
 _BOOKKEEPING = ("status", "log_cursor")
 # A trigger's event comes no sooner than this after the trigger started. Airflow 3.3 can fail a task
@@ -39,6 +42,8 @@ _BOOKKEEPING = ("status", "log_cursor")
 # late and taken for the end of the resumed try (apache/airflow#72716). The task checks the app once
 # before deferring, so only an app that ends in those first seconds waits for the rest of them.
 SETTLE_SECONDS = 8.0
+# After the deadline the app's state is only informative: asked for this long at most.
+_DEADLINE_STATUS_BUDGET = 30.0
 
 
 def read_event(event: Any) -> tuple[str, str, dict[str, Any]]:
@@ -75,6 +80,11 @@ class TorchXAppTrigger(BaseTrigger):
         when it resumes).
     :param tracker_conn_ids: the task's tracker connections: their secrets are masked in the log
         lines the trigger shows, as the worker masks them.
+    :param outage_timeout: seconds the wait goes on while the scheduler gives no answer, counted
+        from the last good one (``retry.StatusOutage``); None: ``[torchx] outage_timeout``.
+    :param log_offsets: per replica stream, the byte offset of its log file up to which the lines
+        in ``log_cursor`` were read: a trigger re-created after a triggerer restart reads on from
+        there instead of from byte 0.
     """
 
     def __init__(
@@ -87,6 +97,8 @@ class TorchXAppTrigger(BaseTrigger):
         cancel_on_kill: bool = True,
         log_replicas: dict[str, int] | None = None,
         tracker_conn_ids: list[str] | None = None,
+        outage_timeout: float | None = None,
+        log_offsets: dict[str, int] | None = None,
     ) -> None:
         super().__init__()
         self.app_handle = app_handle
@@ -97,6 +109,8 @@ class TorchXAppTrigger(BaseTrigger):
         self.cancel_on_kill = bool(cancel_on_kill)
         self.log_replicas = {str(r): int(n) for r, n in log_replicas.items()} if log_replicas else None
         self.tracker_conn_ids = list(tracker_conn_ids or [])
+        self.outage_timeout = float(outage_timeout) if outage_timeout is not None else None
+        self.log_offsets = {str(k): int(v) for k, v in (log_offsets or {}).items()}
         self._follower: Any = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -111,6 +125,8 @@ class TorchXAppTrigger(BaseTrigger):
                 "cancel_on_kill": self.cancel_on_kill,
                 "log_replicas": self.log_replicas,
                 "tracker_conn_ids": self.tracker_conn_ids,
+                "outage_timeout": self.outage_timeout,
+                "log_offsets": dict(self.log_offsets),
             },
         )
 
@@ -128,6 +144,9 @@ class TorchXAppTrigger(BaseTrigger):
         # batched status query per interval (triggers/poller.py).
         started = time.monotonic()
         poller = shared_poller(self.torchx_conn_id, AppHandle.parse(self.app_handle).scheduler, self._hook)
+        outage = StatusOutage(
+            f"Status of {self.app_handle}", resolve_outage_timeout(self.outage_timeout, None), self.log
+        )
         async with poller.subscribe(self.app_handle, self.poll_interval) as subscription:
             while True:
                 try:
@@ -135,6 +154,13 @@ class TorchXAppTrigger(BaseTrigger):
                 except asyncio.TimeoutError:
                     yield TriggerEvent(await self._deadline_event())
                     return
+                if isinstance(answer, Exception):
+                    if outage.failed(answer):  # an outage within budget: wait for the next answer
+                        continue
+                    if is_retryable(answer):
+                        answer = TorchXSchedulerOutageError(outage.give_up_message(answer))
+                else:
+                    outage.answered()
                 terminal = answer is not None and not isinstance(answer, Exception) and answer.is_terminal()
                 await self._show_new_log_lines(poller.hook, final=terminal)
                 event = self._event_for(answer)
@@ -142,7 +168,6 @@ class TorchXAppTrigger(BaseTrigger):
                     await asyncio.sleep(max(0.0, started + SETTLE_SECONDS - time.monotonic()))
                     yield TriggerEvent(event)
                     return
-                self.log.debug("App %s is %s", self.app_handle, answer.state.name)
 
     async def _show_new_log_lines(self, hook: Any, final: bool) -> None:
         """Write the job's new log lines to this trigger's log, which Airflow shows in the task's."""
@@ -158,6 +183,7 @@ class TorchXAppTrigger(BaseTrigger):
         for prefix, line in lines:
             self.log.info("%s %s", prefix, redact_text(line))
         self.log_cursor = dict(self._follower.cursor)
+        self.log_offsets = dict(self._follower.offsets)
 
     def _read_new_log_lines(self, hook: Any, final: bool) -> list[tuple[str, str]]:
         from torchx_airflow.log_files import LogFileFollower
@@ -178,7 +204,7 @@ class TorchXAppTrigger(BaseTrigger):
                 for k in range(count)
                 for stream in support.log_streams()
             ]
-            self._follower = LogFileFollower(streams, self.log_cursor)
+            self._follower = LogFileFollower(streams, self.log_cursor, self.log_offsets)
         # while the app runs the work dir comes from the shared poller's last query: no query here
         return self._follower.read_new(lambda r, k, st: support.log_file(app_id, r, k, st, ask=final), final)
 
@@ -187,7 +213,7 @@ class TorchXAppTrigger(BaseTrigger):
 
     def _event_for(self, answer: Any) -> dict[str, Any] | None:
         """The event a status answer ends the wait with, or None while the app runs."""
-        if isinstance(answer, Exception):  # the shared status policy gave up
+        if isinstance(answer, Exception):  # past outage_timeout, or an error retrying cannot fix
             return {
                 "status": "error",
                 "app_handle": self.app_handle,
@@ -209,7 +235,8 @@ class TorchXAppTrigger(BaseTrigger):
 
     async def _status(self, hook: Any) -> Any:
         """The app's status off the event loop, retried with the shared status policy."""
-        retrying = async_status_retrying(f"Status of {self.app_handle}", max_wait=self.poll_interval)
+        outage = StatusOutage(f"Status of {self.app_handle}", _DEADLINE_STATUS_BUDGET, self.log)
+        retrying = async_status_retrying(outage, self.poll_interval)
         return await retrying(asyncio.to_thread, hook.status, self.app_handle)
 
     async def _deadline_event(self) -> dict[str, Any]:

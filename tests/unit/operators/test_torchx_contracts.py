@@ -27,7 +27,12 @@ from tests.unit.fakes import (
     _operator,
     _terminal,
 )
-from torchx_airflow.exceptions import TorchXAppFailedError, TorchXAppLostError, TorchXError
+from torchx_airflow.exceptions import (
+    TorchXAppFailedError,
+    TorchXAppLostError,
+    TorchXError,
+    TorchXSchedulerOutageError,
+)
 from torchx_airflow.operators.torchx import TorchXDryRunOperator, TorchXOperator
 
 
@@ -50,6 +55,8 @@ def test_deferrable_execute_submits_persists_the_handle_then_defers_to_the_trigg
             "cancel_on_kill": True,
             "log_replicas": None,  # stream_logs=False
             "tracker_conn_ids": [],
+            "outage_timeout": 600.0,  # [torchx] outage_timeout: neither task nor connection sets one
+            "log_offsets": {},
         },
     )
     assert store.values == {"torchx_app_handle": HANDLE}
@@ -105,8 +112,8 @@ def test_status_errors_past_the_policy_fail_the_try_but_keep_the_handle_for_the_
     hook = FakeSchedulerHook([AppState.RUNNING, RuntimeError("down")])
     hook.answers = [AppState.RUNNING] + [RuntimeError("down")] * 10
     store = TaskStateStore()
-    with pytest.raises(RuntimeError, match="down"):
-        _operator(hook).execute(_context(store))
+    with pytest.raises(TorchXSchedulerOutageError, match="has not answered for .* RuntimeError: down"):
+        _operator(hook, outage_timeout=0.1).execute(_context(store))
     assert store.values == {"torchx_app_handle": HANDLE}
 
 

@@ -7,13 +7,14 @@ poller runs against the real Slurm cluster in tests/slurm/test_slurm_shared_poll
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 from typing import Any
 
 import pytest
 from torchx.specs import AppState, AppStatus
 
-from torchx_airflow.triggers.poller import SharedPoller, shared_poller
+from torchx_airflow.triggers.poller import SharedPoller, bisect_statuses, shared_poller
 
 
 class BatchFakeHook:
@@ -127,17 +128,76 @@ def test_a_query_that_keeps_failing_reaches_every_waiting_trigger_and_none_hangs
 
     answers = asyncio.run(main())
     assert all(isinstance(a, RuntimeError) for a in answers)
-    assert len(hook.batches) == 5  # the shared status policy's attempts, once for everyone
+    # nothing answers (an outage): the batch and two apps alone, no split into every handle
+    assert len(hook.batches) == 3
 
 
-def test_a_few_failed_queries_are_retried_and_nobody_sees_them():
-    handles = _handles(3)
-    hook = BatchFakeHook(dict.fromkeys(handles, AppState.SUCCEEDED), fail_batches=2)
+class PoisonFakeHook(BatchFakeHook):
+    """Fake scheduler whose batched query fails whenever it holds one of the ``poison`` handles,
+    as ``sacct -j 100,١٢٣`` fails for every id when one is not a job id."""
+
+    def __init__(self, states: dict[str, AppState | None], poison: set[str]) -> None:
+        super().__init__(states)
+        self.poison = poison
+
+    def statuses(self, handles: list[str]) -> dict[str, AppStatus | None]:
+        self.batches.append(list(handles))
+        bad = sorted(self.poison.intersection(handles))
+        if bad:
+            raise RuntimeError(f"sacct: Invalid job id specified: {bad[0]}")
+        return {h: self._status(h) for h in handles}
+
+
+@pytest.mark.parametrize("poison_at", [[0], [999], [0, 999], [17, 500, 501]])
+def test_a_failing_batch_is_split_until_the_error_reaches_only_the_bad_handles(poison_at):
+    handles = sorted(_handles(1000))
+    poison = {handles[i] for i in poison_at}
+    hook = PoisonFakeHook(dict.fromkeys(handles, AppState.RUNNING), poison)
+    answers, queries = bisect_statuses(hook.statuses, handles)
+    assert {h for h, a in answers.items() if isinstance(a, Exception)} == poison
+    assert all(answers[h].state == AppState.RUNNING for h in handles if h not in poison)
+    assert queries <= 3 + 2 * len(poison) * math.ceil(math.log2(1000))
+
+
+def test_an_outage_costs_three_queries_not_a_split_into_every_handle():
+    handles = _handles(5000)
+    hook = BatchFakeHook(dict.fromkeys(handles, AppState.RUNNING), fail_batches=10**6)
+    answers, queries = bisect_statuses(hook.statuses, handles)
+    assert queries == 3 and all(isinstance(answers[h], RuntimeError) for h in handles)
+
+
+def test_a_poison_handle_ends_only_its_own_wait_in_the_poller():
+    handles = _handles(50)
+    hook = PoisonFakeHook(dict.fromkeys(handles, AppState.RUNNING), {handles[7]})
 
     async def main():
         return await _first_answers(shared_poller("conn", "slurm", lambda: hook), handles, interval=0.01)
 
-    assert all(a.state == AppState.SUCCEEDED for a in asyncio.run(main()))
+    answers = dict(zip(handles, asyncio.run(main()), strict=True))
+    assert isinstance(answers.pop(handles[7]), RuntimeError)
+    assert all(a.state == AppState.RUNNING for a in answers.values())
+
+
+def test_the_shared_query_never_runs_faster_than_the_floor(monkeypatch):
+    """A deferrable sensor with poke_interval=0 must not make the poller query in a tight loop."""
+    monkeypatch.setenv("AIRFLOW__TORCHX__MIN_POLL_INTERVAL", "0.2")
+    handles = _handles(3)
+    hook = BatchFakeHook(dict.fromkeys(handles, AppState.RUNNING))
+
+    async def main():
+        poller = shared_poller("conn", "slurm", lambda: hook)
+        started = asyncio.get_running_loop().time()
+        async with poller.subscribe(handles[0], 0.0) as sub:
+            for handle in handles[1:]:  # joiners wake the loop: still no faster than the floor
+                async with poller.subscribe(handle, 0.0):
+                    await asyncio.sleep(0)
+            while asyncio.get_running_loop().time() - started < 1.0:
+                await sub.answers.get()
+        return poller
+
+    poller = asyncio.run(main())
+    assert poller.floor == 0.2
+    assert 3 <= len(hook.batches) <= 1.0 / 0.2 + 1
 
 
 @pytest.mark.parametrize("second", [("conn", "kubernetes"), ("other_conn", "slurm")])
@@ -148,3 +208,34 @@ def test_pollers_are_per_connection_and_scheduler(second):
 
     first, same, other = asyncio.run(main())
     assert first is same and first is not other
+def test_thousands_of_triggers_are_woken_a_batch_per_loop_iteration():
+    """After a query, no event-loop iteration runs more than WAKE_BATCH (250) woken triggers."""
+    handles = _handles(1000)
+    hook = BatchFakeHook(dict.fromkeys(handles, AppState.RUNNING))
+    woken_per_iteration: list[int] = []
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        counter = {"n": 0}
+
+        def tick():  # runs once per loop iteration while the test waits
+            woken_per_iteration.append(counter["n"])
+            counter["n"] = 0
+            if not done.is_set():
+                loop.call_soon(tick)
+
+        done = asyncio.Event()
+        poller = shared_poller("conn", "slurm", lambda: hook)
+
+        async def one(handle: str) -> None:
+            async with poller.subscribe(handle, 60) as sub:
+                await sub.answers.get()
+                counter["n"] += 1
+
+        loop.call_soon(tick)
+        await asyncio.gather(*(one(h) for h in handles))
+        done.set()
+
+    asyncio.run(main())
+    assert sum(woken_per_iteration) == 1000
+    assert max(woken_per_iteration) <= 250

@@ -190,3 +190,56 @@ def test_triggers_ask_their_state_once_per_process_before_any_kill(monkeypatch):
     monkeypatch.setattr("torchx_airflow.triggers.torchx.SETTLE_SECONDS", 0.0)
     asyncio.run(two_triggers())
     assert asked == ["run_task"]
+
+
+class OutageHook(ScriptedHook):
+    """Fake scheduler whose queries fail (its controller is down) while ``down`` is set."""
+
+    def __init__(self, states: list[AppState | None]) -> None:
+        super().__init__(states)
+        self.down = threading.Event()
+        self.failed = 0
+
+    def status(self, handle: str) -> AppStatus | None:
+        if self.down.is_set():
+            self.failed += 1
+            raise RuntimeError("squeue: error: Unable to contact slurm controller (connect failure)")
+        return super().status(handle)
+
+
+def test_a_scheduler_outage_is_waited_out_and_logged_once_at_each_end(capsys):
+    hook = OutageHook([AppState.RUNNING])
+    hook.down.set()
+    trigger = TorchXAppTrigger(HANDLE, poll_interval=0.01, outage_timeout=60)
+
+    def controller_back():
+        while hook.failed < 30:  # 30 failed polls in a row, far more than the old 5 attempts
+            time.sleep(0.005)
+        hook.states = [AppState.SUCCEEDED]
+        hook.down.clear()
+
+    threading.Thread(target=controller_back, daemon=True).start()
+    events = _events(trigger, hook)
+    assert [e["status"] for e in events] == ["terminal"] and events[0]["state"] == "SUCCEEDED"
+    outage_logs = [line for line in capsys.readouterr().out.splitlines() if f"Status of {HANDLE}" in line]
+    assert len(outage_logs) == 2, outage_logs  # once when it started, once when it ended
+    assert "waiting the outage out" in outage_logs[0] and "answers again" in outage_logs[1]
+
+
+def test_an_outage_longer_than_outage_timeout_ends_the_wait_with_an_error_saying_so():
+    hook = OutageHook([AppState.RUNNING])
+    hook.down.set()
+    events = _events(TorchXAppTrigger(HANDLE, poll_interval=0.01, outage_timeout=0.3), hook)
+    assert [e["status"] for e in events] == ["error"]
+    assert "TorchXSchedulerOutageError" in events[0]["message"]
+    assert "outage_timeout (0.3 s)" in events[0]["message"] and "Raise outage_timeout" in events[0]["message"]
+    assert hook.cancelled == []  # the app itself is never touched
+
+
+def test_outage_timeout_defaults_to_the_torchx_config_section(monkeypatch):
+    from torchx_airflow.retry import resolve_outage_timeout
+
+    assert resolve_outage_timeout(None, None) == 600.0
+    monkeypatch.setenv("AIRFLOW__TORCHX__OUTAGE_TIMEOUT", "1234")
+    assert resolve_outage_timeout(None, None) == 1234.0
+    assert resolve_outage_timeout(None, 99) == 99.0 and resolve_outage_timeout(7, 99) == 7.0

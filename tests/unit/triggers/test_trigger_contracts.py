@@ -23,6 +23,8 @@ def test_trigger_serializes_to_its_class_path_and_exact_primitive_kwargs():
         cancel_on_kill=False,
         log_replicas={"trainer": 2},
         tracker_conn_ids=["mlflow_default"],
+        outage_timeout=1800,
+        log_offsets={"trainer/0/stdout": 4096},
     )
     assert trigger.serialize() == (
         TRIGGER_PATH,
@@ -35,6 +37,8 @@ def test_trigger_serializes_to_its_class_path_and_exact_primitive_kwargs():
             "cancel_on_kill": False,
             "log_replicas": {"trainer": 2},
             "tracker_conn_ids": ["mlflow_default"],
+            "outage_timeout": 1800.0,
+            "log_offsets": {"trainer/0/stdout": 4096},
         },
     )
 
@@ -46,6 +50,8 @@ def test_a_trigger_serialized_before_live_logs_existed_is_still_re_created():
         **old_kwargs,
         "log_replicas": None,
         "tracker_conn_ids": [],
+        "outage_timeout": None,
+        "log_offsets": {},
     }
 
 
@@ -61,9 +67,10 @@ def test_the_trigger_follows_the_same_retry_policy():
     events = asyncio.run(collect())
     assert [e["status"] for e in events] == ["terminal"] and hook.calls == 3
     hook = FakeSchedulerHook([boom])
+    trigger = TorchXAppTrigger(HANDLE, poll_interval=0.01, outage_timeout=0.1)
     trigger._hook = lambda: hook  # type: ignore[method-assign]
     events = asyncio.run(collect())
-    assert [e["status"] for e in events] == ["error"] and hook.calls == 5
+    assert [e["status"] for e in events] == ["error"] and "outage_timeout" in events[0]["message"]
 
 
 def test_a_sensor_trigger_deadline_reports_timeout_and_cancels_nothing():
