@@ -116,7 +116,7 @@ async def aread_task_state(key: TaskInstanceKey) -> tuple[str | None, bool]:
 def trigger_state_timeout() -> float:
     """Seconds a trigger's ``on_kill`` waits for the state: Airflow's ``[triggerer] on_kill_timeout``
     less what the cancel needs."""
-    from airflow.configuration import conf
+    from airflow.sdk.configuration import conf
 
     return max(1.0, conf.getfloat("triggerer", "on_kill_timeout", fallback=30.0) - CANCEL_SECONDS)
 

@@ -167,6 +167,13 @@ def timezone(monkeypatch):
 
 # `since` is 2027-01-15T08:00 UTC; sacct -S reads local time (of the host sacct runs on, the worker's),
 # so the search starts an hour before it on the local clock, east and west of UTC alike
+KEEPS_COMMENTS = (
+    0,
+    "AccountingStorageType   = accounting_storage/slurmdbd\nAccountingStoreFlags    = job_comment\n",
+    "",
+)
+
+
 @pytest.mark.parametrize(
     ("zone", "local_start"),
     [
@@ -178,20 +185,104 @@ def timezone(monkeypatch):
 def test_slurm_looks_in_accounting_for_a_job_squeue_forgot(monkeypatch, timezone, zone, local_start):
     timezone(zone)
     sacct = "50|\n51|torchx-airflow-submission:ab12\n"
-    found, commands = _find(monkeypatch, {"squeue": (0, "", ""), "sacct": (0, sacct, "")})
+    found, commands = _find(
+        monkeypatch, {"squeue": (0, "", ""), "scontrol": KEEPS_COMMENTS, "sacct": (0, sacct, "")}
+    )
     assert found == "51"
-    assert commands.calls[1][commands.calls[1].index("-S") + 1] == local_start
-    assert _find(monkeypatch, {"squeue": (0, "", ""), "sacct": (0, "50|\n", "")})[0] is None
+    assert [c[0] for c in commands.calls] == ["squeue", "scontrol", "sacct"]
+    assert commands.calls[2][commands.calls[2].index("-S") + 1] == local_start
+    answers = {"squeue": (0, "", ""), "scontrol": KEEPS_COMMENTS, "sacct": (0, "50|\n", "")}
+    assert _find(monkeypatch, answers)[0] is None
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        "AccountingStorageType   = accounting_storage/slurmdbd\nAccountingStoreFlags    = (null)\n",
+        "AccountingStorageType = accounting_storage/slurmdbd\nAccountingStoreFlags = job_env,job_script\n",
+        "AccountingStorageType   = (null)\n",  # no slurmdbd at all
+    ],
+    ids=["slurm-default", "other-flags", "no-accounting"],
+)
+def test_slurm_refuses_to_call_a_job_not_found_when_accounting_keeps_no_comments(monkeypatch, config):
+    from torchx_airflow.exceptions import TorchXConfigError
+
+    with pytest.raises(TorchXConfigError, match="AccountingStoreFlags=job_comment") as error:
+        _find(monkeypatch, {"squeue": (0, "", ""), "scontrol": (0, config, "")})
+    assert "delete the task's state-store key 'torchx_submission'" in str(error.value)
+
+
+def test_slurm_job_ids_are_ascii_digits_in_slurm_range_before_any_command(monkeypatch):
+    from torchx_airflow.schedulers import slurm
+
+    commands = _SlurmCommands({})
+    monkeypatch.setattr(slurm, "_run", commands)
+    support = slurm.SlurmSupport("slurm", runner=None)
+    bad = ["١٢٣", "12a", "", "0", "99999999999999999999", "²"]
+    assert support.statuses(bad) == dict.fromkeys(bad)  # unknown, and no command ran
+    assert commands.calls == []
 
 
 @pytest.mark.parametrize(
     "answers",
     [
         {"squeue": (1, "", "slurm_load_jobs error: Unable to contact slurm controller")},
-        {"squeue": (0, "", ""), "sacct": (1, "", "sacct: error: Problem talking to the database")},
+        {
+            "squeue": (0, "", ""),
+            "scontrol": KEEPS_COMMENTS,
+            "sacct": (1, "", "sacct: error: Problem talking to the database"),
+        },
     ],
     ids=["squeue", "sacct"],
 )
 def test_slurm_that_cannot_answer_whether_a_marked_job_exists_raises(monkeypatch, answers):
     with pytest.raises(RuntimeError, match="failed \\(exit code 1\\)"):
         _find(monkeypatch, answers)
+
+
+NO_ACCOUNTING = (0, "AccountingStorageType   = (null)\n", "")
+SQUEUE_101 = (0, "101|trainer-0|RUNNING|/work\n", "")
+
+
+def _statuses(monkeypatch, answers, ids=("101", "102")):
+    from torchx_airflow.schedulers import slurm
+
+    commands = _SlurmCommands(answers)
+    monkeypatch.setattr(slurm, "_run", commands)
+    answer = slurm.SlurmSupport("slurm", runner=None).statuses(list(ids))
+    return {k: (v.state.name if v is not None else None) for k, v in answer.items()}, commands
+
+
+def test_slurm_without_accounting_asks_squeue_alone_and_an_absent_job_is_unknown(monkeypatch):
+    from torchx_airflow.schedulers import slurm
+
+    disabled = (1, "", "sacct: error: Slurm accounting storage is disabled")
+    commands = _SlurmCommands({"sacct": disabled, "scontrol": NO_ACCOUNTING, "squeue": SQUEUE_101})
+    monkeypatch.setattr(slurm, "_run", commands)
+    support = slurm.SlurmSupport("slurm", runner=None)
+    for _ in range(2):
+        answer = support.statuses(["101", "102"])
+        assert {k: v and v.state.name for k, v in answer.items()} == {"101": "RUNNING", "102": None}
+    # sacct and scontrol once: the cluster without accounting is remembered
+    assert [c[0] for c in commands.calls] == ["sacct", "scontrol", "squeue", "squeue"]
+
+
+def test_slurm_with_working_accounting_never_asks_scontrol(monkeypatch):
+    sacct = (0, "101|trainer-0|RUNNING|0:0|/work\n", "")
+    answer, commands = _statuses(monkeypatch, {"sacct": sacct, "squeue": (1, "", "Invalid job id specified")})
+    assert answer == {"101": "RUNNING", "102": None}
+    assert [c[0] for c in commands.calls] == ["sacct", "squeue"]
+
+
+def test_slurm_with_accounting_down_answers_from_squeue_and_never_calls_a_job_unknown(monkeypatch):
+    keeps = (0, "AccountingStorageType = accounting_storage/slurmdbd\n", "")
+    down = (1, "", "sacct: error: Problem talking to the database: Connection refused")
+    answer, _ = _statuses(monkeypatch, {"scontrol": keeps, "sacct": down, "squeue": SQUEUE_101})
+    assert answer == {"101": "RUNNING"}  # 102: unanswered (asked again), not "unknown"
+
+
+def test_slurm_with_controller_and_accounting_down_raises(monkeypatch):
+    ctld_down = (1, "", "slurm_load_jobs error: Unable to contact slurm controller")
+    dbd_down = (1, "", "sacct: error: Problem talking to the database: Connection refused")
+    with pytest.raises(RuntimeError, match="sacct failed"):
+        _statuses(monkeypatch, {"scontrol": ctld_down, "sacct": dbd_down, "squeue": ctld_down})
