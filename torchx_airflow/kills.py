@@ -21,6 +21,7 @@ a cancelled multi-day training cannot be given back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import weakref
 from dataclasses import dataclass
@@ -133,10 +134,9 @@ def warm_state_channel(key: TaskInstanceKey | None) -> None:
 
 
 async def _warm(key: TaskInstanceKey) -> None:
-    try:
+    # outside a triggerer, or the supervisor is away: on_kill will say so itself
+    with contextlib.suppress(Exception):
         await aread_task_state(key)
-    except Exception:  # outside a triggerer, or the supervisor is away: on_kill will say so itself
-        pass
 
 
 async def akill_verdict(key: TaskInstanceKey | None, timeout: float | None = None) -> KillVerdict:

@@ -208,6 +208,8 @@ def test_pollers_are_per_connection_and_scheduler(second):
 
     first, same, other = asyncio.run(main())
     assert first is same and first is not other
+
+
 def test_thousands_of_triggers_are_woken_a_batch_per_loop_iteration():
     """After a query, no event-loop iteration runs more than WAKE_BATCH (250) woken triggers."""
     handles = _handles(1000)
