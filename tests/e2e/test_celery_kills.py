@@ -27,10 +27,10 @@ from tests.e2e.test_celery_rest import (
     _job_id,
     _job_state,
     _stack_jobs,
-    _wait,
     celery_airflow,
 )
 from tests.faults import CommandFaults
+from tests.polling import wait_until
 from tests.slurm.conftest import slurm_cluster  # noqa: F401 - every app runs on Slurm here
 from tests.stack import AirflowStack
 
@@ -78,8 +78,8 @@ def _parent(pid: int) -> int:
 def _running_train(stack: AirflowStack, dag_id: str, run: str) -> tuple[dict, str]:
     """``train``'s task instance once its Slurm job runs, and its app handle."""
     ti = stack.wait_ti(dag_id, run, "train", ("running",), timeout=300)
-    handle = _wait(lambda: _handle(stack, dag_id, run, "train"), "train's app_handle", 120)
-    _wait(lambda: _job_state(handle).startswith("RUNNING"), f"{handle} RUNNING", 120)
+    handle = wait_until(lambda: _handle(stack, dag_id, run, "train"), "train's app_handle", 120)
+    wait_until(lambda: _job_state(handle).startswith("RUNNING"), f"{handle} RUNNING", 120)
     return ti, handle
 
 
@@ -136,9 +136,9 @@ def test_stopping_the_worker_a_deferred_task_resumes_on_leaves_the_job_for_the_r
     before = set(_stack_jobs(stack))
     run = stack.trigger(dag_id, {"seconds": 12})
     stack.wait_ti(dag_id, run, "train", ("deferred",), timeout=300)
-    handle = _wait(lambda: _handle(stack, dag_id, run, "train"), "train's app_handle", 120)
+    handle = wait_until(lambda: _handle(stack, dag_id, run, "train"), "train's app_handle", 120)
     faults.hold_tasks(120)  # the resume's first query of Slurm waits: the task is caught resuming
-    _wait(lambda: any(c.startswith("held") for c in faults.calls()), "the resume querying Slurm", 180)
+    wait_until(lambda: any(c.startswith("held") for c in faults.calls()), "the resume querying Slurm", 180)
     ti = stack.ti(dag_id, run, "train")
     assert ti["state"] == "running" and ti["hostname"] in WORKERS, ti
     stopped = ti["hostname"]

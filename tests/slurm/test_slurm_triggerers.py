@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from tests.e2e.test_celery_rest import _consecutive_free_ports, _wait
+from tests.e2e.test_celery_rest import _consecutive_free_ports
+from tests.polling import wait_until
 from tests.slurm.conftest import REPO, SLURM_CONN
 from tests.slurm.test_slurm_reliability import job_state, jobs_after, last_job_id, wait_handle
 from tests.stack import AirflowStack
@@ -70,22 +71,26 @@ def test_a_trigger_moved_off_a_stalled_triggerer_keeps_its_job_and_completes_on_
     run = stack.trigger("slurm_deferred", {"seconds": 40})
     stack.wait_ti("slurm_deferred", run, "run", ("deferred",), timeout=120)
     handle = wait_handle(stack, "slurm_deferred", run)
-    stalled = _wait(lambda: _trigger_owner(stack), "the triggerer picking up the trigger", 60)
+    stalled = wait_until(lambda: _trigger_owner(stack), "the triggerer picking up the trigger", 60)
     # stall it mid-wait: its trigger runs and shows the job's log lines
-    _wait(lambda: _trigger_logged(stack, stalled, "[python/0] line"), "the trigger waiting on the job", 120)
+    wait_until(
+        lambda: _trigger_logged(stack, stalled, "[python/0] line"), "the trigger waiting on the job", 120
+    )
     stack.script("start", "triggerer-2")
     pgid = int((stack.home / "stack" / "triggerer.pid").read_text())
     os.killpg(pgid, signal.SIGSTOP)  # the whole triggerer: its supervisor and its trigger runner
     try:
-        _wait(lambda: _trigger_owner(stack) not in (None, stalled), "triggerer-2 taking the trigger over", 90)
+        wait_until(
+            lambda: _trigger_owner(stack) not in (None, stalled), "triggerer-2 taking the trigger over", 90
+        )
     finally:
         os.killpg(pgid, signal.SIGCONT)
     # Airflow runs on_kill on the resumed triggerer as for a user's kill; the trigger asks the task
     # instance's state, which is still deferred, and leaves the job alone
-    _wait(
+    wait_until(
         lambda: _logged(stack, "Trigger cancelled by user action, invoking on_kill"), "on_kill on SIGCONT", 60
     )
-    _wait(
+    wait_until(
         lambda: _logged(stack, f"not cancelling TorchX app {handle}: the task instance is still 'deferred'"),
         "the trigger's verdict",
         40,  # on_kill may wait [triggerer] on_kill_timeout less 5 s for the answer (kills.py)
