@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import threading
 import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -194,3 +195,59 @@ def kill_verdict(key: TaskInstanceKey | None, timeout: float = STATE_TIMEOUT) ->
         return KillVerdict(False, f"the task instance's state could not be read within {timeout} s")
     state, found = answer[0]
     return verdict_for_state(state, found)
+
+
+class KillGuard:
+    """An operator's ``on_kill`` judgement for one execution: which task instance it is, whether
+    ``execution_timeout`` ended it, and whether it is only waiting (so a SIGTERM that is no kill may
+    end the wait at once)."""
+
+    def __init__(self) -> None:
+        self.key: TaskInstanceKey | None = None
+        self.timed_out = False
+        self.waiting = False
+
+    @contextlib.contextmanager
+    def running(self, ti: Any) -> Iterator[None]:
+        """Around ``execute``/``execute_complete``: remember the task instance, and notice the
+        ``AirflowTaskTimeout`` that Airflow raises before it calls ``on_kill`` for a timeout."""
+        from airflow.sdk.exceptions import AirflowTaskTimeout
+
+        self.key = TaskInstanceKey.of(ti)
+        try:
+            yield
+        except AirflowTaskTimeout:
+            self.timed_out = True
+            raise
+
+    @contextlib.contextmanager
+    def only_waiting(self) -> Iterator[None]:
+        """Around polls and log reads: nothing is lost if a SIGTERM ends them."""
+        self.waiting = True
+        try:
+            yield
+        finally:
+            self.waiting = False
+
+    def on_kill(self, app_handle: str, cancel: Callable[[str], object], task_log: Any) -> None:
+        """Cancel ``app_handle`` if the task was killed; else leave it, and end a wait under way with
+        the retryable ``TorchXWaitInterruptedError``."""
+        from torchx_airflow.exceptions import TorchXWaitInterruptedError
+
+        if self.timed_out:
+            verdict = KillVerdict(True, "its execution_timeout passed")
+        else:
+            verdict = kill_verdict(self.key)
+        if verdict.cancel:
+            task_log.info("Task killed (%s): cancelling TorchX app %s", verdict.reason, app_handle)
+            cancel(app_handle)
+            return
+        task_log.warning(
+            "Asked to stop, but not cancelling TorchX app %s: %s. It is left running for the next try "
+            "to reattach.",
+            app_handle,
+            verdict.reason,
+        )
+        if self.waiting:  # once: a process group's SIGTERM comes twice (its own and the supervisor's)
+            self.waiting = False
+            raise TorchXWaitInterruptedError(app_handle, verdict.reason)

@@ -1,4 +1,4 @@
-"""Waiting for a TorchX app in the worker: status polls under the one retry policy, logs streamed.
+"""Waiting for a TorchX app in the worker: status polls within one outage budget, logs streamed.
 
 A scheduler outage is waited out (``retry.StatusOutage``): the wait keeps asking at its interval
 until the scheduler answers again or ``outage_timeout`` passes without a good answer.
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from torchx_airflow.exceptions import TorchXAppLostError
+from torchx_airflow.exceptions import TorchXAppLostError, TorchXConfigError
 
 if TYPE_CHECKING:
     from torchx.specs import AppStatus
@@ -22,37 +22,82 @@ if TYPE_CHECKING:
     from torchx_airflow.retry import StatusOutage
 
 
-def poll_status(
-    hook: TorchXHook, app_handle: str, poll_interval: float, outage: StatusOutage
-) -> AppStatus | None:
-    """The app's status (None: unknown to its scheduler), asked again every ``poll_interval`` while
-    the scheduler fails, within ``outage``'s budget (``retry.call_status``)."""
-    from torchx_airflow.retry import call_status
+def check_waitable(hook: TorchXHook, wait_for_completion: bool, deferrable: bool, task_log: Any) -> bool:
+    """Whether the task may wait in the triggerer (``deferrable``), for its connection's scheduler.
 
-    return call_status(outage, poll_interval, hook.status, app_handle)
-
-
-def wait_for_app(
-    hook: TorchXHook,
-    app_handle: str,
-    replicas: Mapping[str, int],
-    poll_interval: float,
-    task_log: Any,
-    outage: StatusOutage,
-    stream_logs: bool = True,
-) -> AppStatus:
-    """Poll until the app is terminal, writing its replicas' log lines to ``task_log`` meanwhile.
-
-    Raises ``TorchXAppLostError`` when the scheduler says it does not know the app, and
-    ``TorchXSchedulerOutageError`` when it gave no answer for ``outage.budget`` seconds.
+    Apps of a scheduler that runs them as the launcher's child processes (local_cwd, local_docker)
+    end with the launching task: such a task cannot leave them (``wait_for_completion=False`` is an
+    error), and waits in the worker even when ``deferrable`` (with a warning), so one DAG runs on
+    either kind of scheduler.
     """
-    from torchx_airflow.logs import AppLogStreamer
+    scheduler = hook.scheduler
+    if hook.apps_outlive_launcher(scheduler):
+        return deferrable
+    if not wait_for_completion:
+        raise TorchXConfigError(
+            f"wait_for_completion=False cannot be used with scheduler {scheduler!r}: its apps "
+            "live in the launching task's process and end with it. Keep wait_for_completion=True, or "
+            "use a scheduler with its own state (slurm, kubernetes, ...) to wait from another task."
+        )
+    if deferrable:
+        task_log.warning(
+            "deferrable=True, but scheduler %s runs apps as child processes of this worker, which the "
+            "triggerer cannot see: waiting in the worker instead. Use a scheduler with its own state "
+            "(slurm, kubernetes, ...) to wait in the triggerer.",
+            scheduler,
+        )
+    return False
 
-    with AppLogStreamer(hook, app_handle, replicas, task_log, enabled=stream_logs) as streamer:
-        while True:
-            status = poll_status(hook, app_handle, poll_interval, outage)
-            if status is None:
-                raise TorchXAppLostError(app_handle)
-            if status.is_terminal():
-                return status
-            streamer.drain(timeout=poll_interval)
+
+class WorkerWait:
+    """One task execution's status polls of its app: every poll of the same app shares one outage
+    budget (``outage_timeout`` seconds counted from the scheduler's last good answer)."""
+
+    def __init__(
+        self,
+        hook: TorchXHook,
+        poll_interval: float,
+        outage_timeout: float,
+        task_log: Any,
+        stream_logs: bool = True,
+    ) -> None:
+        self.hook = hook
+        self.poll_interval = poll_interval
+        self.outage_timeout = outage_timeout
+        self.task_log = task_log
+        self.stream_logs = stream_logs
+        self._outage: StatusOutage | None = None
+
+    def _outage_of(self, app_handle: str) -> StatusOutage:
+        what = f"Status of {app_handle}"
+        if self._outage is None or self._outage.what != what:
+            from torchx_airflow.retry import StatusOutage
+
+            self._outage = StatusOutage(what, self.outage_timeout, self.task_log)
+        return self._outage
+
+    def status(self, app_handle: str) -> AppStatus | None:
+        """The app's status (None: unknown to its scheduler), asked again every ``poll_interval``
+        while the scheduler fails, within the outage budget (``retry.call_status``)."""
+        from torchx_airflow.retry import call_status
+
+        return call_status(self._outage_of(app_handle), self.poll_interval, self.hook.status, app_handle)
+
+    def until_terminal(self, app_handle: str, replicas: Mapping[str, int]) -> AppStatus:
+        """Poll until the app is terminal, writing its replicas' log lines to the task log meanwhile.
+
+        Raises ``TorchXAppLostError`` when the scheduler says it does not know the app, and
+        ``TorchXSchedulerOutageError`` when it gave no answer for ``outage_timeout`` seconds.
+        """
+        from torchx_airflow.logs import AppLogStreamer
+
+        with AppLogStreamer(
+            self.hook, app_handle, replicas, self.task_log, enabled=self.stream_logs
+        ) as streamer:
+            while True:
+                status = self.status(app_handle)
+                if status is None:
+                    raise TorchXAppLostError(app_handle)
+                if status.is_terminal():
+                    return status
+                streamer.drain(timeout=self.poll_interval)

@@ -8,25 +8,17 @@ MLflow, s3fs or docker module.
 
 from __future__ import annotations
 
-import contextlib
-import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import ResumableJobMixin
 from airflow.sdk.configuration import conf
-from airflow.sdk.exceptions import AirflowTaskTimeout
 
 from torchx_airflow.apps import SUCCEEDED, role_replicas
 from torchx_airflow.assets import check_artifact_assets
-from torchx_airflow.exceptions import (
-    TorchXAppFailedError,
-    TorchXAppLostError,
-    TorchXAppNotFoundError,
-    TorchXConfigError,
-    TorchXWaitInterruptedError,
-)
+from torchx_airflow.exceptions import TorchXAppFailedError, TorchXConfigError
+from torchx_airflow.kills import KillGuard
 from torchx_airflow.links.torchx import TorchXAppLink, TorchXTrackerLink
 from torchx_airflow.operators.dryrun import XCOM_APP_HANDLE, TorchXDryRunOperator
 
@@ -39,8 +31,7 @@ if TYPE_CHECKING:
     from torchx.tracker.api import TrackerBase
 
     from torchx_airflow.durable import DurableSubmission
-    from torchx_airflow.kills import TaskInstanceKey
-    from torchx_airflow.retry import StatusOutage
+    from torchx_airflow.waiting import WorkerWait
 
 
 # App states worth reattaching to; UNKNOWN is what some schedulers report right after submission.
@@ -142,37 +133,18 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         self._status: AppStatus | None = None
         self._result: dict[str, Any] | None = None
         self._submitted_here = False
-        self._task_instance: TaskInstanceKey | None = None
-        self._timed_out = False
-        self._waiting = False
+        self._kills = KillGuard()
 
     def execute(self, context: Context) -> dict[str, Any]:
-        self._check_waitable()
+        from torchx_airflow.waiting import check_waitable
+
+        self.deferrable = check_waitable(self.hook, self.wait_for_completion, self.deferrable, self.log)
         try:
-            with self._killable(context):
+            with self._kills.running(context["ti"]):
                 self._recover_submission(context)
                 return self.execute_resumable(context)
         finally:
             self.hook.close()
-
-    def _check_waitable(self) -> None:
-        scheduler = self.hook.scheduler
-        if self.hook.apps_outlive_launcher(scheduler):
-            return
-        if not self.wait_for_completion:
-            raise TorchXConfigError(
-                f"wait_for_completion=False cannot be used with scheduler {scheduler!r}: its apps "
-                "live in the launching task's process and end with it. Keep wait_for_completion=True, or "
-                "use a scheduler with its own state (slurm, kubernetes, ...) to wait from another task."
-            )
-        if self.deferrable:
-            self.log.warning(
-                "deferrable=True, but scheduler %s runs apps as child processes of this worker, which the "
-                "triggerer cannot see: waiting in the worker instead. Use a scheduler with its own state "
-                "(slurm, kubernetes, ...) to wait in the triggerer.",
-                scheduler,
-            )
-            self.deferrable = False
 
     # ResumableJobMixin: submit once, remember the handle, reattach on the next try
 
@@ -241,7 +213,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
             self._status = status
             self._print_logs(app_handle, {})
         else:
-            with self._waiting_for_app():
+            with self._kills.only_waiting():
                 self._status = self.wait(app_handle, self._app)
         return self.get_job_result(app_handle, context)
 
@@ -260,35 +232,18 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
 
         return resolve_outage_timeout(self.outage_timeout, self.hook.settings.outage_timeout)
 
-    def _status_outage(self, app_handle: str) -> StatusOutage:
-        """The outage state of this execution's wait on ``app_handle`` (one per execution)."""
-        outage = self.__dict__.get("_outage")
-        if outage is None or outage.what != f"Status of {app_handle}":
-            from torchx_airflow.retry import StatusOutage
+    @cached_property
+    def _wait(self) -> WorkerWait:
+        from torchx_airflow.waiting import WorkerWait
 
-            outage = self.__dict__["_outage"] = StatusOutage(
-                f"Status of {app_handle}", self._outage_budget(), self.log
-            )
-        return outage
+        return WorkerWait(self.hook, self.poll_interval, self._outage_budget(), self.log, self.stream_logs)
 
     def _poll_status(self, app_handle: str) -> AppStatus | None:
-        from torchx_airflow.waiting import poll_status
-
-        return poll_status(self.hook, app_handle, self.poll_interval, self._status_outage(app_handle))
+        return self._wait.status(app_handle)
 
     def wait(self, app_handle: str, app: AppDef) -> AppStatus:
-        """Poll until the app is terminal, streaming its logs meanwhile (``waiting.wait_for_app``)."""
-        from torchx_airflow.waiting import wait_for_app
-
-        return wait_for_app(
-            self.hook,
-            app_handle,
-            role_replicas(app),
-            self.poll_interval,
-            self.log,
-            self._status_outage(app_handle),
-            self.stream_logs,
-        )
+        """Poll until the app is terminal, streaming its logs meanwhile (``waiting.WorkerWait``)."""
+        return self._wait.until_terminal(app_handle, role_replicas(app))
 
     def result(
         self, app_handle: str, status: AppStatus | None, app: AppDef, context: Context
@@ -320,16 +275,8 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
 
     # deferrable
 
-    def _deadline(self, context: Context) -> float | None:
-        """``execution_timeout`` as an epoch deadline, counted from the task's start."""
-        if self.execution_timeout is None:
-            return None
-        start = getattr(context["ti"], "start_date", None)
-        begin = start.timestamp() if start is not None else time.time()
-        return begin + self.execution_timeout.total_seconds()
-
     def _defer(self, app_handle: str, context: Context) -> None:
-        from torchx_airflow.triggers.torchx import TorchXAppTrigger
+        from torchx_airflow.triggers.torchx import TorchXAppTrigger, task_deadline
 
         self.log.info("Waiting for TorchX app %s in the triggerer", app_handle)
         self.defer(
@@ -337,7 +284,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
                 app_handle=app_handle,
                 torchx_conn_id=self.torchx_conn_id,
                 poll_interval=self.poll_interval,
-                deadline=self._deadline(context),
+                deadline=task_deadline(self.execution_timeout, context["ti"]),
                 log_cursor={},
                 log_replicas=role_replicas(self._app) if self.stream_logs else None,
                 tracker_conn_ids=self.trackers.conn_ids,
@@ -348,27 +295,19 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
         """Resume after the trigger's event: show the app's logs, then succeed or fail with its state."""
+        from torchx_airflow.triggers.torchx import resumed_app
+
         try:
-            with self._killable(context):
-                return self._resume(context, event)
+            with self._kills.running(context["ti"]):
+                kind, self._app_handle, status = resumed_app(event)
+                with self._kills.only_waiting():
+                    self._print_logs(self._app_handle, event)
+                if kind == "timeout":
+                    state, message = status.get("state", "CANCELLED"), status.get("message", "")
+                    raise TorchXAppFailedError(self._app_handle, state, message, "", {})
+                return self._finish(self._app_handle, status, True, context)
         finally:
             self.hook.close()
-
-    def _resume(self, context: Context, event: dict[str, Any] | None) -> dict[str, Any]:
-        from torchx_airflow.triggers.torchx import read_event
-
-        try:
-            kind, app_handle, status = read_event(event)
-        except TorchXAppNotFoundError as e:  # known when deferred: retryable, the next try reattaches
-            raise TorchXAppLostError(e.app_handle) from e
-        self._app_handle = app_handle
-        with self._waiting_for_app():
-            self._print_logs(app_handle, event)
-        if kind == "timeout":
-            raise TorchXAppFailedError(
-                app_handle, status.get("state", "CANCELLED"), status.get("message", ""), "", {}
-            )
-        return self._finish(app_handle, status, True, context)
 
     def _print_logs(self, app_handle: str, event: dict[str, Any] | None) -> None:
         if not self.stream_logs:
@@ -384,62 +323,18 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
             max_lines=self.max_log_lines,
         )
 
-    # killing (torchx_airflow.kills)
-
-    @contextlib.contextmanager
-    def _killable(self, context: Context) -> Iterator[None]:
-        """Remember which task instance this is (``on_kill`` asks its state) and whether
-        ``execution_timeout`` ended it (Airflow raises ``AirflowTaskTimeout`` here, then calls
-        ``on_kill``)."""
-        from torchx_airflow.kills import TaskInstanceKey
-
-        self._task_instance = TaskInstanceKey.of(context["ti"])
-        try:
-            yield
-        except AirflowTaskTimeout:
-            self._timed_out = True
-            raise
-
-    @contextlib.contextmanager
-    def _waiting_for_app(self) -> Iterator[None]:
-        """While only waiting (polling, reading logs): a SIGTERM that is no kill may end it at once."""
-        self._waiting = True
-        try:
-            yield
-        finally:
-            self._waiting = False
-
     def on_kill(self) -> None:
         """Cancel the app when the task is killed: marked failed or success, cleared, or past its
         ``execution_timeout``; never when only this process is going away (a SIGTERM while the task
         instance is still running): then the app is left for the next try to reattach.
 
         Airflow calls this from its SIGTERM handler, whoever sent the signal, so the task instance's
-        state in the API server decides (``kills.kill_verdict``); when it cannot be read, nothing is
+        state in the API server decides (``kills.KillGuard``); when it cannot be read, nothing is
         cancelled. A wait under way ends with ``TorchXWaitInterruptedError`` (retryable), so the
         worker's shutdown is not held up and the next try starts at once.
         """
-        if self._app_handle is None:
-            return  # nothing submitted yet
-        from torchx_airflow.kills import KillVerdict, kill_verdict
-
-        if self._timed_out:
-            verdict = KillVerdict(True, "its execution_timeout passed")
-        else:
-            verdict = kill_verdict(self._task_instance)
-        if verdict.cancel:
-            self.log.info("Task killed (%s): cancelling TorchX app %s", verdict.reason, self._app_handle)
-            self.hook.cancel(self._app_handle)
-            return
-        self.log.warning(
-            "Asked to stop, but not cancelling TorchX app %s: %s. It is left running for the next try "
-            "to reattach.",
-            self._app_handle,
-            verdict.reason,
-        )
-        if self._waiting:  # once: a process group's SIGTERM comes twice (its own and the supervisor's)
-            self._waiting = False
-            raise TorchXWaitInterruptedError(self._app_handle, verdict.reason)
+        if self._app_handle is not None:  # else nothing was submitted yet
+            self._kills.on_kill(self._app_handle, self.hook.cancel, self.log)
 
     # OpenLineage (apache-airflow-providers-openlineage calls these; see torchx_airflow.openlineage)
 

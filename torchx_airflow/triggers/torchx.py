@@ -64,6 +64,25 @@ def read_event(event: Any) -> tuple[str, str, dict[str, Any]]:
     return kind, app_handle, {k: v for k, v in event.items() if k not in _BOOKKEEPING}
 
 
+def task_deadline(execution_timeout: Any, ti: Any) -> float | None:
+    """A task's ``execution_timeout`` as the trigger's epoch ``deadline``, counted from the task's start."""
+    if execution_timeout is None:
+        return None
+    start = getattr(ti, "start_date", None)
+    return (start.timestamp() if start is not None else time.time()) + execution_timeout.total_seconds()
+
+
+def resumed_app(event: Any) -> tuple[str, str, dict[str, Any]]:
+    """``read_event`` for the task that launched the app: an app its scheduler no longer knows is
+    ``TorchXAppLostError`` (retryable: the next try reattaches if it comes back, else submits anew)."""
+    from torchx_airflow.exceptions import TorchXAppLostError, TorchXAppNotFoundError
+
+    try:
+        return read_event(event)
+    except TorchXAppNotFoundError as e:
+        raise TorchXAppLostError(e.app_handle) from e
+
+
 class TorchXAppTrigger(BaseTrigger):
     """Poll a TorchX app until it is terminal.
 

@@ -144,14 +144,15 @@ def test_a_cancelled_run_never_cancels_the_app():
 
 
 def test_deferrable_on_a_local_scheduler_waits_in_the_worker_with_a_warning(capsys):
+    from torchx_airflow.waiting import check_waitable
+
     op = TorchXOperator(task_id="t", component="utils.echo", deferrable=True)
-    op._check_waitable()
-    assert op.deferrable is False
+    assert check_waitable(op.hook, op.wait_for_completion, op.deferrable, op.log) is False
     out = capsys.readouterr()
     assert "triggerer cannot see: waiting in the worker instead" in out.out + out.err
     op = TorchXOperator(task_id="t", component="utils.echo", wait_for_completion=False)
     with pytest.raises(TorchXConfigError, match="wait_for_completion=False cannot be used"):
-        op._check_waitable()
+        check_waitable(op.hook, op.wait_for_completion, op.deferrable, op.log)
 
 
 def test_an_event_waits_for_the_settle_time_after_the_trigger_started(monkeypatch):
