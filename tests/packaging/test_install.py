@@ -144,7 +144,9 @@ def test_uv_installs_both_beside_airflow_constraints_and_providers(wheels, const
     )  # fmt: skip
     assert proc.returncode == 0, f"does not resolve under Airflow's pins:\n{proc.stderr[-3000:]}"
     # ` + name==version`, and ` + name @ file:///...whl` for the wheels
-    lines = re.finditer(r"^ \+ (?P<name>[A-Za-z0-9._-]+)(==(?P<version>\S+)| @ (?P<url>\S+))", proc.stderr, re.M)
+    lines = re.finditer(
+        r"^ \+ (?P<name>[A-Za-z0-9._-]+)(==(?P<version>\S+)| @ (?P<url>\S+))", proc.stderr, re.M
+    )
     resolved = {canonicalize_name(m["name"]): m["version"] or m["url"] for m in lines}
     assert resolved["torchx-airflow"] == wheels["torchx-airflow"].as_uri(), proc.stderr
     assert resolved["torchx-airflow-tracker"] == wheels["torchx-airflow-tracker"].as_uri()
@@ -192,7 +194,9 @@ def test_without_torchx_the_first_import_of_it_names_both_installs(wheels, tmp_p
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
     python = str(venv / "bin" / "python")
-    site = Path(_run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
+    site = Path(
+        _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+    )
     (site / "base-packages.pth").write_text(f"{_shadow_site_packages(tmp_path / 'base')}\n")
     wheel_files = [str(w) for w in wheels.values()]
     _run([sys.executable, "-m", "pip", "--python", python, "install", "--quiet", "--no-deps", *wheel_files])
