@@ -1,0 +1,54 @@
+"""`docker run` options that give a build container this machine's pip settings, one per line.
+
+pip inside a container reaches the package index as the host's does: the host's CA bundle (without it
+TLS verification fails where the network inspects TLS) and every setting `pip config list` shows (files
+and PIP_* variables) as PIP_* variables, with the local paths they name (find-links, file:// indexes)
+mounted read-only at the same place.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+
+CA_IN_CONTAINER = "/run/host-ca-bundle.pem"
+DEFAULT_CA = "/etc/ssl/certs/ca-certificates.crt"
+
+
+def pip_settings() -> dict[str, str]:
+    """`pip config list` as {option: value}; variables (listed last) override files."""
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=True
+    ).stdout
+    settings: dict[str, str] = {}
+    for line in out.splitlines():
+        key, _, value = line.partition("=")
+        settings[key.split(".", 1)[1]] = ast.literal_eval(value)
+    return settings
+
+
+def local_paths(value: str) -> list[str]:
+    """The existing local paths a setting names (`file:///x` or `/x`, space-separated)."""
+    paths = [v.removeprefix("file://") for v in value.split()]
+    return [p for p in paths if p.startswith("/") and os.path.exists(p)]
+
+
+def docker_options() -> list[str]:
+    settings = pip_settings()
+    ca = settings.pop("cert", None) or os.environ.get("SSL_CERT_FILE") or DEFAULT_CA
+    options = ["-v", f"{ca}:{CA_IN_CONTAINER}:ro"]
+    for name in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE"):
+        options += ["-e", f"{name}={CA_IN_CONTAINER}"]
+    mounts: set[str] = set()
+    for option, value in settings.items():
+        options += ["-e", f"PIP_{option.upper().replace('-', '_')}={value}"]
+        mounts.update(local_paths(value))
+    for path in sorted(mounts):
+        options += ["-v", f"{path}:{path}:ro"]
+    return options
+
+
+if __name__ == "__main__":
+    print("\n".join(docker_options()))
