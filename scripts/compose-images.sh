@@ -43,6 +43,7 @@ base() {
   key="$(printf '%s\n%s\n' "$sources" "$BASE_RECIPE" | key_of)"
   if [ "$(built_key "$image")" = "$key" ]; then say "$image: up to date"; return; fi
   say "$image: debootstrap $SUITE from $mirror"
+  local started="$SECONDS"
   root="$(mktemp -d)"
   debootstrap --variant=minbase "$SUITE" "$root" "$mirror" > "$root.log" 2>&1 || { tail -20 "$root.log" >&2; exit 1; }
   printf '%s\n' "$sources" > "$root/etc/apt/sources.list"
@@ -50,6 +51,7 @@ base() {
   tar -C "$root" -c . | docker import --change "LABEL torchx-airflow.key=$key" \
     --change 'ENV LANG=C.UTF-8' --change 'CMD ["bash"]' - "$image" > /dev/null
   rm -rf "$root" "$root.log"
+  say "$image: built in $((SECONDS - started)) s"
 }
 
 # stage IMAGE FROM SCRIPT KEY-INPUT... -- COMMIT-CHANGE...: run SCRIPT in FROM, commit it as IMAGE.
@@ -63,6 +65,7 @@ stage() {
     | key_of)"
   if [ "$(built_key "$image")" = "$key" ]; then say "$image: up to date"; return; fi
   say "$image: building from $from ($script)"
+  local started="$SECONDS"
   name="torchx-airflow-build-${image##*/}"
   docker rm -f "$name" > /dev/null 2>&1 || true
   mapfile -t pip_options < <("$PYTHON" "$REPO/scripts/host-pip-settings.py")
@@ -73,6 +76,7 @@ stage() {
     || { tail -40 "/tmp/$name.log" >&2; docker rm -f "$name" > /dev/null; exit 1; }
   docker commit "${changes[@]}" --change "LABEL torchx-airflow.key=$key" "$name" "$image" > /dev/null
   docker rm "$name" > /dev/null
+  say "$image: built in $((SECONDS - started)) s"
 }
 
 # The checkout's sources as the airflow image installs them (what its key depends on).

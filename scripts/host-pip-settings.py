@@ -29,9 +29,12 @@ def pip_settings() -> dict[str, str]:
     return settings
 
 
-def local_paths(value: str) -> list[str]:
-    """The existing local paths a setting names (`file:///x` or `/x`, space-separated)."""
-    paths = [v.removeprefix("file://") for v in value.split()]
+def local_paths(option: str, value: str) -> list[str]:
+    """The existing local paths a setting names (`file:///x` or `/x`, space-separated). For an index
+    (`.../simple`), the folder holding it: its pages link to files beside it (`../../files/...`)."""
+    paths = [v.removeprefix("file://").rstrip("/") for v in value.split()]
+    if option in ("index-url", "extra-index-url"):
+        paths = [os.path.dirname(p) for p in paths]
     return [p for p in paths if p.startswith("/") and os.path.exists(p)]
 
 
@@ -44,7 +47,7 @@ def docker_options() -> list[str]:
     mounts: set[str] = set()
     for option, value in settings.items():
         options += ["-e", f"PIP_{option.upper().replace('-', '_')}={value}"]
-        mounts.update(local_paths(value))
+        mounts.update(local_paths(option, value))
     for path in sorted(mounts):
         options += ["-v", f"{path}:{path}:ro"]
     return options
