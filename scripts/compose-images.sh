@@ -104,7 +104,7 @@ pids+=("$!")
 failed=0
 for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
 [ "$failed" = 0 ] || { echo "an image build failed (its log is above)" >&2; exit 1; }
-stage "$PREFIX/airflow" "$PREFIX/airflow-deps" "$BUILD/airflow.sh" <(sources_hashes) -- \
+stage "$PREFIX/airflow" "$PREFIX/airflow-deps" "$BUILD/airflow.sh" "$BUILD/airflow-entrypoint.sh" <(sources_hashes) -- \
   "ENV PATH=$VENV_PATH" 'ENV AIRFLOW_HOME=/opt/airflow' 'ENV PYTHONDONTWRITEBYTECODE=1' 'WORKDIR /opt/airflow' \
   'ENTRYPOINT ["/usr/bin/dumb-init", "--", "/usr/local/bin/airflow-entrypoint"]' 'CMD ["--help"]'
 say "stand-in images ready"

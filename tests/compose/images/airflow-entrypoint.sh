@@ -3,6 +3,6 @@
 # `celery worker`...), or bash/python to run as it is.
 set -euo pipefail
 case "${1:-}" in
-  bash | python | python3 | airflow | celery) exec "$@" ;;
+  bash | python | python3 | airflow) exec "$@" ;;
 esac
 exec airflow "$@"

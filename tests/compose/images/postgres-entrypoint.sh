@@ -15,8 +15,8 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
   rm /tmp/pwfile
   echo "host all all all scram-sha-256" >> "$PGDATA/pg_hba.conf"
   as_pg pg_ctl -D "$PGDATA" -o "-c listen_addresses=''" -w start > /dev/null
-  if [ "${POSTGRES_DB:-$POSTGRES_USER}" != "$POSTGRES_USER" ]; then
-    as_pg psql -q -U "$POSTGRES_USER" -d postgres -c "CREATE DATABASE \"$POSTGRES_DB\""
+  if [ "${POSTGRES_DB:-$POSTGRES_USER}" != postgres ]; then
+    as_pg psql -q -U "$POSTGRES_USER" -d postgres -c "CREATE DATABASE \"${POSTGRES_DB:-$POSTGRES_USER}\""
   fi
   for f in /docker-entrypoint-initdb.d/*.sql; do
     [ -e "$f" ] && as_pg psql -q -U "$POSTGRES_USER" -d "${POSTGRES_DB:-$POSTGRES_USER}" -f "$f"

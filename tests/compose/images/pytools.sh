@@ -4,4 +4,5 @@ set -euo pipefail
 . /build/apt.sh
 apt_install python3 python3-venv curl
 python3 -m venv /opt/venv
-/opt/venv/bin/pip install --quiet "mlflow==$MLFLOW_VERSION" psycopg2-binary boto3 "moto[server]>=5"
+# SQLAlchemy as of that MLflow release: 2.1 dropped the pool class MLflow 3.1's server imports
+/opt/venv/bin/pip install --quiet "mlflow==$MLFLOW_VERSION" "sqlalchemy<2.1" psycopg2-binary boto3 "moto[server]>=5"
