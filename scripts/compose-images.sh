@@ -18,6 +18,8 @@ BUILD="$REPO/tests/compose/images"
 PREFIX=torchx-airflow-test
 SUITE="${DEBIAN_SUITE:-bookworm}"
 # What the base image is made of besides the Debian sources: change it to rebuild the base.
+# How every other image is built: change it to rebuild them all.
+STAGE_RECIPE="docker run on the host network, host pip settings sourced by the build's shell; docker commit"
 BASE_RECIPE="debootstrap --variant=minbase; sources.list from apt-get indextargets; LANG=C.UTF-8"
 PYTHON="${PYTHON:-python3}"
 AIRFLOW_VERSION="$(sed -nE 's|^FROM apache/airflow:([0-9.]+)-.*|\1|p' "$REPO/Dockerfile")"
@@ -61,19 +63,22 @@ stage() {
   while [ "$#" -gt 0 ] && [ "$1" != -- ]; do inputs+=("$1"); shift; done
   [ "$#" -gt 0 ] && shift
   for c in "$@"; do changes+=(--change "$c"); done
-  key="$( { docker image inspect -f '{{.Id}}' "$from"; cat "$script" "${inputs[@]}"; printf '%s\n' "$@"; } \
-    | key_of)"
+  key="$( { echo "$STAGE_RECIPE"; docker image inspect -f '{{.Id}}' "$from"; cat "$script" "${inputs[@]}"
+    printf '%s\n' "$@"; } | key_of)"
   if [ "$(built_key "$image")" = "$key" ]; then say "$image: up to date"; return; fi
   say "$image: building from $from ($script)"
   local started="$SECONDS"
   name="torchx-airflow-build-${image##*/}"
   docker rm -f "$name" > /dev/null 2>&1 || true
-  mapfile -t pip_options < <("$PYTHON" "$REPO/scripts/host-pip-settings.py")
-  docker run --name "$name" --network host "${pip_options[@]}" \
+  mapfile -t mounts < <("$PYTHON" "$REPO/scripts/host-pip-settings.py")
+  { "$PYTHON" "$REPO/scripts/host-pip-settings.py" --env
+    printf 'export AIRFLOW_VERSION=%q MLFLOW_VERSION=%q\n' "$AIRFLOW_VERSION" "$MLFLOW_VERSION"; } > "/tmp/$name.env"
+  # the settings reach the build's shell only: what `docker run -e` sets, `docker commit` keeps
+  docker run --name "$name" --network host "${mounts[@]}" -v "/tmp/$name.env:/run/build.env:ro" \
     -v "$BUILD:/build:ro" -v "$REPO:/src:ro" \
-    -e AIRFLOW_VERSION="$AIRFLOW_VERSION" -e MLFLOW_VERSION="$MLFLOW_VERSION" \
-    "$from" bash "/build/$(basename "$script")" > "/tmp/$name.log" 2>&1 \
+    "$from" bash -c '. /run/build.env && exec bash "$0"' "/build/$(basename "$script")" > "/tmp/$name.log" 2>&1 \
     || { tail -40 "/tmp/$name.log" >&2; docker rm -f "$name" > /dev/null; exit 1; }
+  rm -f "/tmp/$name.env"
   docker commit "${changes[@]}" --change "LABEL torchx-airflow.key=$key" "$name" "$image" > /dev/null
   docker rm "$name" > /dev/null
   say "$image: built in $((SECONDS - started)) s"

@@ -1,4 +1,5 @@
-"""`docker run` options that give a build container this machine's pip settings, one per line.
+"""What gives a build container this machine's pip settings: `docker run` mounts (one per line), or
+with --env the variables for the build's shell.
 
 pip inside a container reaches the package index as the host's does: the host's CA bundle (without it
 TLS verification fails where the network inspects TLS) and every setting `pip config list` shows (files
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shlex
 import subprocess
 import sys
 
@@ -38,20 +40,25 @@ def local_paths(option: str, value: str) -> list[str]:
     return [p for p in paths if p.startswith("/") and os.path.exists(p)]
 
 
-def docker_options() -> list[str]:
+def build_settings() -> tuple[list[str], dict[str, str]]:
+    """The `docker run` mount options, and the variables for the build's shell (not `docker run -e`:
+    `docker commit` would keep those in the image, pointing at a CA bundle that is not there)."""
     settings = pip_settings()
     ca = settings.pop("cert", None) or os.environ.get("SSL_CERT_FILE") or DEFAULT_CA
-    options = ["-v", f"{ca}:{CA_IN_CONTAINER}:ro"]
-    for name in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE"):
-        options += ["-e", f"{name}={CA_IN_CONTAINER}"]
-    mounts: set[str] = set()
+    mounts = ["-v", f"{ca}:{CA_IN_CONTAINER}:ro"]
+    env = {name: CA_IN_CONTAINER for name in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")}
+    paths: set[str] = set()
     for option, value in settings.items():
-        options += ["-e", f"PIP_{option.upper().replace('-', '_')}={value}"]
-        mounts.update(local_paths(option, value))
-    for path in sorted(mounts):
-        options += ["-v", f"{path}:{path}:ro"]
-    return options
+        env[f"PIP_{option.upper().replace('-', '_')}"] = value
+        paths.update(local_paths(option, value))
+    for path in sorted(paths):
+        mounts += ["-v", f"{path}:{path}:ro"]
+    return mounts, env
 
 
 if __name__ == "__main__":
-    print("\n".join(docker_options()))
+    mounts, env = build_settings()
+    if sys.argv[1:] == ["--env"]:  # a file the build's shell sources
+        print("\n".join(f"export {name}={shlex.quote(value)}" for name, value in env.items()))
+    else:  # `docker run` options, one per line
+        print("\n".join(mounts))
