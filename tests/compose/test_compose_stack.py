@@ -131,7 +131,9 @@ def test_pipeline_runs_in_the_stack_then_workers_scale_to_three(stack):
         900,
     )
     tis = stack.api("GET", f"{path}/taskInstances")["task_instances"]
-    assert state == "success", [(t["task_id"], t["map_index"], t["state"], t["hostname"]) for t in tis]
+    assert state == "success", [
+        (t["task_id"], t["map_index"], t["state"], _failure(stack, path, t)) for t in tis
+    ]
     assert {t["state"] for t in tis} == {"success"}
     # the tasks ran on the Celery workers (their container hostnames), not elsewhere
     workers = {_hostname(c) for c in stack.containers("airflow-worker")}
@@ -146,6 +148,15 @@ def test_pipeline_runs_in_the_stack_then_workers_scale_to_three(stack):
     assert not stack.containers(""), "containers of the stack left after down"
 
 
+def _failure(stack: ComposeStack, run_path: str, ti: dict[str, Any]) -> str:
+    """The end of a failed task's log (for the assertion message), else its hostname."""
+    if ti["state"] != "failed":
+        return ti["hostname"]
+    task = ti["task_id"] if ti["map_index"] < 0 else f"{ti['task_id']}/{ti['map_index']}"
+    log = stack.api("GET", f"{run_path}/taskInstances/{task}/logs/{ti['try_number']}?full_content=true")
+    return json.dumps(log)[-3000:]
+
+
 def _hostname(container: str) -> str:
     out = subprocess.run(
         ["docker", "inspect", "-f", "{{.Config.Hostname}}", container],
@@ -156,15 +167,19 @@ def _hostname(container: str) -> str:
     return out.stdout.strip()
 
 
+PING = (
+    "import json; from celery import Celery; "
+    "print(json.dumps(Celery(broker='redis://redis:6379/0').control.ping(timeout=5.0)))"
+)
+
+
 def _ping(stack: ComposeStack) -> set[str] | None:
-    """The Celery nodes that answer a ping through the broker, once there are three."""
+    """The Celery nodes that answer a ping through the stack's broker, once there are three."""
     worker = stack.containers("airflow-worker")[0]
-    app = "airflow.providers.celery.executors.celery_executor.app"
     proc = subprocess.run(
-        ["docker", "exec", worker, "celery", "--app", app, "inspect", "ping", "--json"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        ["docker", "exec", worker, "python", "-c", PING], capture_output=True, text=True, timeout=120
+    )
     if proc.returncode != 0:
         return None
-    nodes = set(json.loads(proc.stdout.strip().splitlines()[-1]))
+    nodes = {name for reply in json.loads(proc.stdout.strip().splitlines()[-1]) for name in reply}
     return nodes if len(nodes) == 3 else None
