@@ -15,8 +15,18 @@ USER airflow
 COPY --chown=airflow:root tracker /opt/torchx-airflow/tracker
 COPY --chown=airflow:root pyproject.toml README.md /opt/torchx-airflow/
 COPY --chown=airflow:root torchx_airflow /opt/torchx-airflow/torchx_airflow
+COPY --chown=airflow:root scripts/install-torch.sh /opt/torchx-airflow/scripts/
 # The `examples` extra brings torch for the example pipeline's local_cwd runs (its DDP training);
-# a deployment whose jobs run elsewhere can drop it: `--build-arg EXTRAS=celery`.
+# a deployment whose jobs run elsewhere can drop it: `--build-arg EXTRAS=celery`. torch comes from
+# PyTorch's CPU index when the build reaches it (else the configured index: on Linux the CUDA build,
+# several GB); `--build-arg TORCH_INDEX=` skips that index.
+# TorchX comes from torchx-nightly, which installs beside Airflow's urllib3 2.x (the 0.7 release pins
+# urllib3<1.27): `--build-arg TORCHX_EXTRA=torchx` for the release.
 ARG EXTRAS=celery,examples
-RUN pip install --no-cache-dir "apache-airflow==${AIRFLOW_VERSION}" \
-      "/opt/torchx-airflow/tracker[mlflow,s3]" "/opt/torchx-airflow[${EXTRAS}]"
+ARG TORCH=torch==2.13.0
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+ARG TORCHX_EXTRA=torchx-nightly
+ENV PIP_NO_CACHE_DIR=1
+RUN case ",${EXTRAS}," in *,examples,*) bash /opt/torchx-airflow/scripts/install-torch.sh python "${TORCH}";; esac \
+ && pip install "apache-airflow==${AIRFLOW_VERSION}" \
+      "/opt/torchx-airflow/tracker[mlflow,s3,${TORCHX_EXTRA}]" "/opt/torchx-airflow[${EXTRAS},${TORCHX_EXTRA}]"

@@ -7,12 +7,17 @@ PYTHON ?= python3
 #   TORCHX=nightly make test
 TORCHX ?= release
 TORCHX_NIGHTLY ?= 2026.10.26
+# Each is an extra of both distributions (TorchX is no plain dependency of either).
 ifeq ($(TORCHX),release)
 VENV ?= $(CURDIR)/.venv
 STAMP = $(VENV)/.installed
+TORCHX_EXTRA = torchx
+TORCHX_PIN =
 else ifeq ($(TORCHX),nightly)
 VENV ?= $(CURDIR)/.venv-nightly
 STAMP = $(VENV)/.installed-nightly-$(TORCHX_NIGHTLY)
+TORCHX_EXTRA = torchx-nightly
+TORCHX_PIN = 'torchx-nightly==$(TORCHX_NIGHTLY)'
 else
 $(error TORCHX must be 'release' or 'nightly', got '$(TORCHX)': run `make test` or `TORCHX=nightly make test`)
 endif
@@ -24,8 +29,9 @@ export AIRFLOW__CORE__LOAD_EXAMPLES ?= False
 export PATH := $(BIN):$(PATH)
 
 # The example pipeline trains PyTorch models (the `examples` extra). torch is pinned and installed
-# before the extra, which then finds it satisfied: here the pin resolves to a CPU build, where a plain
-# `torch` or an open range would pull a CUDA build of several GB. `make install TORCH=...` overrides.
+# before the extra, which then finds it satisfied, from PyTorch's CPU index where that can be reached
+# (scripts/install-torch.sh; else the configured index, whose Linux torch is the CUDA build of several
+# GB). `make install TORCH=...` overrides the pin, TORCH_INDEX= skips the CPU index.
 TORCH ?= torch==2.13.0
 
 # `make up` ports: make up AIRFLOW_PORT=8081 MLFLOW_PORT=5001
@@ -35,7 +41,7 @@ MLFLOW_PORT ?= 5000
 STACK_ENV = AIRFLOW_PORT=$(AIRFLOW_PORT) MLFLOW_PORT=$(MLFLOW_PORT) AIRFLOW_LOG_PORT=$(or $(AIRFLOW_LOG_PORT),8793) \
 	EXECUTOR=$(EXECUTOR) REDIS_PORT=$(or $(REDIS_PORT),6379) CELERY_WORKERS=$(or $(CELERY_WORKERS),2)
 
-.PHONY: install demo test lint docs docs-build clean up down slurm-up slurm-down bench
+.PHONY: install demo test test-compose lint docs docs-build clean up down slurm-up slurm-down bench
 
 install: $(STAMP)
 
@@ -43,15 +49,15 @@ $(STAMP): pyproject.toml tracker/pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is needed, found " + sys.version' 
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet $(TORCH)
-	$(BIN)/python -m pip install --quiet -e './tracker[mlflow,s3]' -e '.[test,examples,celery,openlineage]'
+	bash scripts/install-torch.sh $(BIN)/python '$(TORCH)'
 ifeq ($(TORCHX),nightly)
-	# torchx-nightly ships the same `torchx` package as the release: remove the release first
-	$(BIN)/python -m pip uninstall --quiet -y torchx
-	$(BIN)/python -m pip install --quiet 'torchx-nightly==$(TORCHX_NIGHTLY)'
-	# again without deps: a re-install of the release above removed files both distributions own
-	$(BIN)/python -m pip install --quiet --force-reinstall --no-deps 'torchx-nightly==$(TORCHX_NIGHTLY)'
+	# torchx-nightly ships the same `torchx` package as the release: a release left in this venv by an
+	# older install goes first (its uninstall removes files both own, so the nightly is reinstalled)
+	if $(BIN)/python -m pip show --quiet torchx 2> /dev/null; then \
+	  $(BIN)/python -m pip uninstall --quiet -y torchx torchx-nightly; fi
 endif
+	$(BIN)/python -m pip install --quiet -e './tracker[mlflow,s3,$(TORCHX_EXTRA)]' \
+	  -e '.[test,examples,celery,openlineage,$(TORCHX_EXTRA)]' $(TORCHX_PIN)
 	$(BIN)/python -c 'import torchx; print("TorchX", torchx.__version__, "in", "$(VENV)")'
 	touch $@
 
@@ -62,10 +68,17 @@ demo: install
 # The suite runs in PYTEST_WORKERS processes, one test file at a time each (pytest-xdist): most of its
 # time is spent waiting on jobs and Airflow's services, not on the CPU. PYTEST_WORKERS=0: one process.
 # The Slurm cluster the tests share is started before them (as root) and stopped after.
+# tests/compose (docker-compose.yml on stand-in images it builds first) runs with `make test-compose`.
 PYTEST_WORKERS ?= 3
 test: install
 	bash scripts/airflow-home.sh
-	bash scripts/with-slurm.sh $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	bash scripts/with-slurm.sh $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m 'not compose' $(PYTEST_ARGS)
+
+# docker-compose.yml run for real (as root): installs Docker's engine from Debian's packages, builds
+# the stand-in images (scripts/compose-images.sh; the first build takes tens of minutes), runs
+# torchx_pipeline through the stack's REST API, scales the workers to three, brings the stack down.
+test-compose: install
+	$(BIN)/python -m pytest -p no:cacheprovider -s tests/compose $(PYTEST_ARGS)
 
 # Every bench/bench_*.py, each figure against its baseline in the same run: writes docs/benchmarks.md.
 # BENCH_ARGS=tracker runs only bench/bench_tracker.py.

@@ -48,6 +48,7 @@ DIRECTORY_MARKERS = {
     "packaging": "packaging",
     "slurm": "slurm",
     "e2e": "e2e",
+    "compose": "compose",
 }
 # The tests of these directories start Airflow stacks (tests/stack.py) in module or session fixtures,
 # whose start counts against the first test's timeout: each gets this much more than its own. It is

@@ -131,7 +131,8 @@ def test_the_workers_scale_with_one_shared_log_folder(compose):
     assert flower["command"] == "celery flower" and flower["profiles"] == ["flower"]
     assert 5555 in _published(flower)
     dockerfile = (REPO / "Dockerfile").read_text()
-    assert '"/opt/torchx-airflow[${EXTRAS}]"' in dockerfile
+    assert '"/opt/torchx-airflow[${EXTRAS},${TORCHX_EXTRA}]"' in dockerfile
+    assert "ARG TORCHX_EXTRA=torchx-nightly" in dockerfile  # TorchX that installs beside urllib3 2
     assert "ARG EXTRAS=celery,examples" in dockerfile  # the Celery provider, and torch for the pipeline
     pyproject = (REPO / "pyproject.toml").read_text()
     assert re.search(r'^celery = \[\s*"apache-airflow-providers-celery', pyproject, re.M)

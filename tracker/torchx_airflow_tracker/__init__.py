@@ -11,4 +11,14 @@ Never imports Airflow: install it in a training image next to torchx. Jobs use T
 
 from __future__ import annotations
 
+import sys
+from importlib.util import find_spec
+
 __version__ = "0.1.0"
+
+# TorchX comes from one of two distributions (the extras `torchx` and `torchx-nightly`), so neither is
+# a plain dependency. Without either, the first import of torchx (every store's module) fails naming both.
+if find_spec("torchx") is None:
+    from torchx_airflow_tracker._torchx_missing import TorchXMissingFinder
+
+    sys.meta_path.append(TorchXMissingFinder("torchx-airflow-tracker"))
