@@ -22,6 +22,7 @@ from airflow.sdk import Asset, AssetAlias
 
 from torchx_airflow.apps import SUCCEEDED
 from torchx_airflow.exceptions import TorchXInputError
+from torchx_airflow.secrets import strip_userinfo
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -109,7 +110,7 @@ def emit_asset_events(
         extra = {
             "app_handle": app_handle,
             "artifact": name,
-            "path": str(artifact["path"]),
+            "path": strip_userinfo(str(artifact["path"])),  # the job wrote it: no user info in events
             "metadata": dict(artifact.get("metadata") or {}),
             "try_number": context["ti"].try_number,
         }

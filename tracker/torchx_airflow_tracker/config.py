@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -74,3 +75,16 @@ def parse_config(
     if missing:
         raise TrackerConfigError(f"The {kind} tracker config is missing {missing}. Expected e.g. {example}.")
     return dict(config)
+
+
+_USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/?#@\s]*@")
+
+
+def without_userinfo(url: str) -> str:
+    """``url`` without its user info (``https://bob:pw@host/x`` -> ``https://host/x``): what a
+    ``repr`` shows, since a database or fsspec URL may carry its password there.
+
+    >>> without_userinfo("postgresql://mlflow:pw@db:5432/mlflow")
+    'postgresql://db:5432/mlflow'
+    """
+    return _USERINFO.sub(r"\1", url)

@@ -115,7 +115,9 @@ class FsspecStore(EdgeQueries, TrackerBase):
         self._indexed: set[str] = set()  # run dir names known to be indexed (they stay so)
 
     def __repr__(self) -> str:
-        return f"FsspecStore(root={self.url!r})"
+        from torchx_airflow_tracker.config import without_userinfo
+
+        return f"FsspecStore(root={without_userinfo(self.url)!r})"  # sftp://user:pw@host roots
 
     # paths and entries
 
