@@ -216,7 +216,10 @@ class MlflowStore(EdgeQueries, TrackerBase):
         self._mlflow_ids: dict[str, str] = {}
 
     def __repr__(self) -> str:
-        return f"MlflowStore(tracking_uri={self.tracking_uri!r}, experiment={self.experiment!r})"
+        from torchx_airflow_tracker.config import without_userinfo
+
+        uri = without_userinfo(self.tracking_uri)  # a database URI carries its password there
+        return f"MlflowStore(tracking_uri={uri!r}, experiment={self.experiment!r})"
 
     @cached_property
     def client(self) -> MlflowClient:
