@@ -104,7 +104,9 @@ def connections(mlflow_uri: str, s3_endpoint: str, store: Path, workdir: Path) -
     env = {f"AIRFLOW_CONN_CRED_{way.upper()}": conn for way, conn in ways.items()}
     env["AIRFLOW_CONN_CRED_LOCAL"] = _fsspec(str(store))
     local_cfg = {"log_dir": str(workdir / "torchx-logs")}  # keep local_cwd's job output to search it
-    env["AIRFLOW_CONN_TORCHX_CRED_LOCAL"] = _conn("torchx", extra={"scheduler": "local_cwd", "cfg": local_cfg})
+    env["AIRFLOW_CONN_TORCHX_CRED_LOCAL"] = _conn(
+        "torchx", extra={"scheduler": "local_cwd", "cfg": local_cfg}
+    )
     env["AIRFLOW_CONN_TORCHX_CRED_SLURM"] = _conn("torchx", extra={"scheduler": "slurm"})
     return env
 
@@ -127,7 +129,9 @@ def run_matrix(scheduler: str, airflow_db: Path, conns: dict[str, str], tmp_path
         [AIRFLOW, "dags", "test", dag_id], capture_output=True, text=True, timeout=1200, cwd=workdir, env=env
     )
     (tmp_path / "dags-test-output.txt").write_text(proc.stdout + proc.stderr)  # to read when a test fails
-    return MatrixRun(collect_run(airflow_db, dag_id, proc.returncode, proc.stdout + proc.stderr), workdir, events)
+    return MatrixRun(
+        collect_run(airflow_db, dag_id, proc.returncode, proc.stdout + proc.stderr), workdir, events
+    )
 
 
 def expected_states() -> dict[str, str]:
@@ -162,7 +166,9 @@ def all_secrets() -> list[str]:
 
 def assert_nothing_found(where: dict[str, bytes]) -> None:
     assert secret_hits(all_secrets(), where) == []
-    half = {place: m for place, text in where.items() if (m := HALF_MASKED.findall(text.decode(errors="replace")))}
+    half = {
+        place: m for place, text in where.items() if (m := HALF_MASKED.findall(text.decode(errors="replace")))
+    }
     assert half == {}
 
 

@@ -26,7 +26,10 @@ def _url_decoded(text: bytes) -> set[bytes]:
     for _ in range(2):  # twice: a value percent-encoded inside a percent-encoded query string
         for form in [f for f in forms if b"%" in f or b"+" in f]:
             decoded = form.decode("latin-1")
-            forms |= {unquote(decoded).encode("latin-1", "replace"), unquote_plus(decoded).encode("latin-1", "replace")}
+            forms |= {
+                unquote(decoded).encode("latin-1", "replace"),
+                unquote_plus(decoded).encode("latin-1", "replace"),
+            }
     return forms
 
 
@@ -78,7 +81,9 @@ def find_secret(secret: str, text: str | bytes) -> list[str]:
     return _forms_in(secret.encode(), _views(data))
 
 
-def secret_hits(secrets: Iterable[str], places: Mapping[str, str | bytes]) -> list[tuple[str, str, list[str]]]:
+def secret_hits(
+    secrets: Iterable[str], places: Mapping[str, str | bytes]
+) -> list[tuple[str, str, list[str]]]:
     """``(place, secret, forms)`` for every secret found in any place (each place decoded once)."""
     secrets = list(secrets)
     hits = []

@@ -28,7 +28,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
 @pytest.fixture(scope="module")
 def conns(mlflow_uri, s3_endpoint, tmp_path_factory):
     work = tmp_path_factory.mktemp("credential-matrix")
-    return connections(mlflow_uri, s3_endpoint, tmp_path_factory.mktemp("credential-store"), work / "work"), work
+    return connections(
+        mlflow_uri, s3_endpoint, tmp_path_factory.mktemp("credential-store"), work / "work"
+    ), work
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +51,9 @@ def test_the_jobs_get_their_credentials_intact(matrix):
     """What the env carried arrives as it was (a ',' value is not cut into more variables)."""
     output = matrix.result.output
     task = output[output.index("starting task_id=run_env ") : output.index("end task task_id=run_env ")]
-    digests = dict(line.split("ENV-SHA256 ", 1)[1].split()[:2] for line in task.splitlines() if "ENV-SHA256 " in line)
+    digests = dict(
+        line.split("ENV-SHA256 ", 1)[1].split()[:2] for line in task.splitlines() if "ENV-SHA256 " in line
+    )
     expected = {name: hashlib.sha256(value.encode()).hexdigest() for name, value in ENV_SECRETS.items()}
     assert {name: digests.get(name) for name in expected} == expected
     assert digests.get("LD_PRELOAD") == hashlib.sha256(b"").hexdigest()
@@ -92,5 +96,7 @@ def test_reprs_and_exception_text_hold_no_secret(conns, monkeypatch):
         texts[f"exception {way}"] = str(raised.value)  # the cause's own text: task logs, masked there
     from torchx_airflow_tracker.mlflow_store import MlflowStore
 
-    texts["repr MlflowStore postgresql"] = repr(MlflowStore(f"postgresql://u:{SECRETS['uri_postgresql']}@db/x"))
+    texts["repr MlflowStore postgresql"] = repr(
+        MlflowStore(f"postgresql://u:{SECRETS['uri_postgresql']}@db/x")
+    )
     assert secret_hits(all_secrets(), {k: v.encode() for k, v in texts.items()}) == []
