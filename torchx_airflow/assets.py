@@ -22,6 +22,7 @@ from airflow.sdk import Asset, AssetAlias
 
 from torchx_airflow.apps import SUCCEEDED
 from torchx_airflow.exceptions import TorchXInputError
+from torchx_airflow.secrets import strip_userinfo
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -111,7 +112,7 @@ def emit_asset_events(
         extra: dict[str, JsonValue] = {
             "app_handle": app_handle,
             "artifact": name,
-            "path": path,
+            "path": strip_userinfo(path),  # the job wrote it: no user info in events
             "metadata": dict(artifact.get("metadata") or {}),
             "try_number": context["ti"].try_number,
         }

@@ -28,6 +28,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from torchx_airflow.secrets import strip_userinfo
+
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Context
@@ -81,9 +83,13 @@ def artifact_dataset_name(path: str) -> tuple[str, str]:
     ('s3://ml', 'models/resnet.pt')
     >>> artifact_dataset_name("/data/model.json")
     ('file', '/data/model.json')
+
+    A URL's user info (``https://bob:pw@host/x``) is never part of a name: lineage is shown to
+    everyone who may read it.
     """
     from openlineage.client.naming import dataset as naming
 
+    path = strip_userinfo(path)
     parts = urlsplit(path)
     if not parts.scheme or len(parts.scheme) == 1:  # a local path (or a Windows drive letter)
         return _named(naming.LocalFileSystem(path=path))
@@ -200,6 +206,7 @@ def run_facets(
 def consumed_artifacts(parent_artifacts: Mapping[str, Mapping[str, Any]], app: AppDef) -> list[str]:
     """Paths of the parents' artifacts that ``app``'s arguments name (also inside ``a,b,c`` lists)."""
     words = " ".join(str(arg) for role in app.roles for arg in [role.entrypoint, *role.args])
+    words += " " + strip_userinfo(words)  # recorded paths come without their user info
     paths = []
     for artifact in parent_artifacts.values():
         path = str(artifact.get("path") or "")

@@ -17,7 +17,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.exceptions import TorchXConnectionError, TorchXError
-from torchx_airflow.secrets import mask_secret
+from torchx_airflow.secrets import mask_secret, strip_userinfo
 
 if TYPE_CHECKING:
     from torchx.tracker.api import TrackerBase
@@ -153,8 +153,10 @@ class TrackerSet:
             name = MULTI_ENTRY_POINT
             config = [{"kind": b.kind, "config": b.config} for b in self.backends]
         encoded = encode_config(config)
-        if any(b.secrets for b in self.backends) and encoded.startswith("base64:"):
-            mask_secret(encoded)  # the secrets are inside, encoded: never show the whole value
+        if any(b.secrets for b in self.backends):
+            # the secrets are inside, maybe encoded: masking only them would leave the rest of a
+            # base64 value decodable around the mask, so the whole value is never shown
+            mask_secret(encoded)
         env = {ENV_TRACKERS: name, config_env_name(name): encoded}
         for backend in self.backends:
             env.update(backend.job_env)
@@ -197,7 +199,8 @@ class TrackerSet:
             except Exception as e:
                 raise TorchXConnectionError(
                     f"Tracker connection {backend.conn_id!r} ({backend.kind}) cannot be opened: "
-                    f"{type(e).__name__}: {e}. Fix the connection, or leave it out of 'trackers' / "
+                    f"{type(e).__name__}: {strip_userinfo(str(e))}. Fix the connection, or leave it "
+                    "out of 'trackers' / "
                     "tracker_conn_ids. Nothing was submitted."
                 ) from e
             stores.append(store)
@@ -218,10 +221,12 @@ class TrackerSet:
             )
 
     def run_url(self, run_id: str) -> str | None:
-        """The MLflow UI page of ``run_id`` on the first MLflow backend with an http(s) tracking URI."""
+        """The MLflow UI page of ``run_id`` on the first MLflow backend with an http(s) tracking URI,
+        without the URI's user info: the link is shown to people, the browser asks them to log in."""
         for backend, store in zip(self.backends, self.stores, strict=True):
             if backend.kind == "mlflow" and backend.config["tracking_uri"].startswith(
                 ("http://", "https://")
             ):  # an MlflowStore (open_store is typed for every kind)
-                return store.run_url(run_id)  # type: ignore[attr-defined]
+                url = store.run_url(run_id)  # type: ignore[attr-defined]
+                return None if url is None else strip_userinfo(url)
         return None

@@ -4,6 +4,7 @@ ranks race, batched writes, values over MLflow's limits, lineage tags, inline co
 from __future__ import annotations
 
 import multiprocessing
+import threading
 import time
 import uuid
 
@@ -230,3 +231,25 @@ def test_bad_config(config, fragment):
 def test_inline_config_and_default_experiment():
     store = create('{"tracking_uri": "sqlite:////tmp/x.db"}')
     assert (store.tracking_uri, store.experiment) == ("sqlite:////tmp/x.db", "torchx")
+
+
+@pytest.mark.parametrize("credentials", [{}, {"username": "u", "password": "p"}], ids=["env", "given"])
+def test_a_store_being_built_elsewhere_in_the_process_holds_no_http_store_back(mlflow_uri, credentials):
+    """MLflow builds the stores of its registry under one process-wide lock: a database store whose
+    server is down holds it for minutes. An http(s) store (every lineage view of the API server, a
+    second tracker of a task) must not wait for it. The lock is held here as that build holds it."""
+    from mlflow.tracking._tracking_service import registry
+
+    run_id = f"held-{uuid.uuid4().hex}"
+    with registry._building_store_lock:
+        done: list[dict] = []
+
+        def write_and_read() -> None:
+            store = MlflowStore(mlflow_uri, f"held-{uuid.uuid4().hex[:8]}", **credentials)
+            store.add_metadata(run_id, epoch=3)
+            done.append(dict(store.metadata(run_id)))
+
+        worker = threading.Thread(target=write_and_read, daemon=True)
+        worker.start()
+        worker.join(60)
+        assert done == [{"epoch": 3}], "the http store waited for MLflow's store-building lock"

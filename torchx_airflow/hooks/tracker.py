@@ -19,7 +19,7 @@ registered with Airflow's masker. Importing this module imports neither mlflow n
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +33,7 @@ from torchx_airflow.hooks.tracker_fields import (
     fsspec_root,
     mlflow_tracking_uri,
 )
-from torchx_airflow.secrets import mask_secret, should_hide_value_for_key
+from torchx_airflow.secrets import option_secrets, register_secret, strip_userinfo, uri_secrets
 from torchx_airflow.trackers import (
     DEFAULT_EXPERIMENT,
     ENV_MLFLOW_PASSWORD,
@@ -53,14 +53,6 @@ def _extra(conn: Connection, conn_type: str, key: str) -> Any:
     extra = conn.extra_dejson
     value = extra.get(key, extra.get(f"extra__{conn_type}__{key}"))
     return None if value == "" else value
-
-
-def _sensitive_values(options: Mapping[str, Any], prefix: str = "") -> Iterable[str]:
-    for key, value in options.items():
-        if isinstance(value, Mapping):
-            yield from _sensitive_values(value, f"{prefix}{key}.")
-        elif isinstance(value, str) and value and should_hide_value_for_key(str(key)):
-            yield value
 
 
 def _probe_failure(conn_id: str, what: str, error: Exception) -> tuple[bool, str]:
@@ -132,14 +124,16 @@ class TorchXFsspecHook(_TrackerHook):
             '{"endpoint_url": "http://minio:9000"}',
             show_value=False,  # it may hold credentials
         )
-        secrets = list(_sensitive_values(options))
         add_fsspec_credentials(self.conn_id, root, conn.login, conn.password, options)
+        # the root's URL user info (sftp://user:pw@host), storage options on Airflow's or our list
+        # (secrets.SECRET_OPTION_KEYS), and the password field, which is one of those options now
+        secrets = [*uri_secrets(root), *option_secrets(options)]
         if conn.password:
             secrets.append(conn.password)
         config: dict[str, Any] = {"root": root}
         if options:
             config["storage_options"] = options
-        return TrackerBackend(self.conn_id, "fsspec", config, secrets=tuple(secrets))
+        return TrackerBackend(self.conn_id, "fsspec", config, secrets=tuple(dict.fromkeys(secrets)))
 
     def test_connection(self) -> tuple[bool, str]:
         """Write a probe file under the root, read it back and delete it; report the step that failed."""
@@ -173,7 +167,7 @@ class TorchXFsspecHook(_TrackerHook):
                 pass
         if read != token:
             return False, f"Connection {self.conn_id!r}: read back {read!r} from {probe!r}, wrote {token!r}"
-        return True, f"Wrote, read back and deleted a probe file under {root}"
+        return True, f"Wrote, read back and deleted a probe file under {strip_userinfo(root)}"
 
 
 class MlflowTrackerHook(_TrackerHook):
@@ -221,7 +215,8 @@ class MlflowTrackerHook(_TrackerHook):
             "mlflow",
             {"tracking_uri": uri, "experiment": (experiment or "").strip() or DEFAULT_EXPERIMENT},
             job_env=job_env,
-            secrets=(conn.password,) if conn.password else (),
+            # a database URI (postgresql://user:pw@db/mlflow) can carry its password only there
+            secrets=tuple(dict.fromkeys([*uri_secrets(uri), *([conn.password] if conn.password else [])])),
         )
 
     def test_connection(self) -> tuple[bool, str]:
@@ -251,7 +246,7 @@ class MlflowTrackerHook(_TrackerHook):
         return (
             True,
             f"Wrote and read back a probe tag on experiment {backend.config['experiment']!r} "
-            f"at {backend.config['tracking_uri']}",
+            f"at {strip_userinfo(backend.config['tracking_uri'])}",
         )
 
 
@@ -278,9 +273,10 @@ def tracker_hook(conn_id: str) -> _TrackerHook:
 
 
 def trackers_for(conn_ids: Iterable[str]) -> TrackerSet:
-    """Resolve tracker connections into a ``TrackerSet``; their secrets are masked at once."""
+    """Resolve tracker connections into a ``TrackerSet``; their secrets (and the forms they take in
+    URLs and base64 text) are masked at once."""
     backends = [tracker_hook(conn_id).backend() for conn_id in conn_ids]
     for backend in backends:
         for secret in backend.secrets:
-            mask_secret(secret)
+            register_secret(secret)
     return TrackerSet(backends)

@@ -105,12 +105,14 @@ def swapped_environ(env: Mapping[str, str]) -> Iterator[None]:
 
 def secret_env_names(env: Mapping[str, str], extra: Iterable[str] = ()) -> set[str]:
     """Names in ``env`` whose values are secrets: ``extra``, names Airflow's secrets masker treats as
-    sensitive (``*_PASSWORD``, ``*_TOKEN``...), and values holding a secret the masker knows (a tracker
-    config with a connection's password in it)."""
-    from torchx_airflow.secrets import redact_text, should_hide_value_for_key
+    sensitive (``*_PASSWORD``, ``*_TOKEN``...), values holding a secret the masker knows (a tracker
+    config with a connection's password in it) and values with a URL password
+    (``DATABASE_URL=postgresql://user:pw@db/x``)."""
+    from torchx_airflow.secrets import redact_text, should_hide_value_for_key, uri_secrets
 
     names = {name for name in extra if name in env}
     for name, value in env.items():
-        if value and (should_hide_value_for_key(name) or redact_text(str(value)) != str(value)):
+        text = str(value)
+        if value and (should_hide_value_for_key(name) or uri_secrets(text) or redact_text(text) != text):
             names.add(name)
     return names

@@ -385,15 +385,25 @@ class SlurmSupport(SchedulerSupport):
     def separate_secrets(self, dryrun_info: AppDryRunInfo, names: Iterable[str]) -> dict[str, str]:
         """Secrets leave ``srun --export=...`` in the batch script (stored by slurmctld, traced by its
         ``set -x`` into the job's output): they travel in ``sbatch``'s environment, which Slurm
-        exports to the job, and ``srun --export=ALL,...`` passes on to every task."""
-        names = set(names)
-        secrets: dict[str, str] = {}
-        for replica in getattr(dryrun_info.request, "replicas", {}).values():
+        exports to the job, and ``srun --export=ALL,...`` passes on to every task.
+
+        Values holding a ``,`` travel the same way: ``srun --export=ALL,K=V,...`` splits its list at
+        every comma, so ``K=a,LD_PRELOAD=/tmp/x.so`` (a value from ``dag_run.conf``, say) would set
+        ``LD_PRELOAD`` for every task. Rerouted rather than refused, since a comma is an ordinary
+        character in such values (``NCCL_SOCKET_IFNAME=eth0,eth1``, JSON).
+        """
+        replicas = list(getattr(dryrun_info.request, "replicas", {}).values())
+        with_comma = {name for replica in replicas for name, value in replica.env.items() if "," in str(value)}
+        names = set(names) | with_comma
+        moved: dict[str, str] = {}
+        for replica in replicas:
             for name in sorted(names & set(replica.env)):
                 value = replica.env.pop(name)
-                if secrets.setdefault(name, value) != value:
+                if moved.setdefault(name, value) != value:
+                    what = "values holding ','" if name in with_comma else "secret values"
                     raise TorchXConfigError(
-                        f"Env variable {name!r} holds different secret values in different roles; Slurm "
-                        "passes secrets to the whole job. Give it one value, or different names per role."
+                        f"Env variable {name!r} holds different {what} in different roles; Slurm passes "
+                        "those to the whole job through sbatch's environment (srun's --export list would "
+                        "split a value at ','). Give it one value, or different names per role."
                     )
-        return secrets
+        return moved

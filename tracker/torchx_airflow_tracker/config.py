@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -136,3 +137,16 @@ def read_torchx_fsspec_config(config_file: str) -> tuple[str, dict[str, Any]]:
         )
     protocol, root = str(options.pop("protocol")), str(options.pop("root_path"))
     return (root if "://" in root else f"{protocol}://{root}"), options
+
+
+_USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/?#@\s]*@")
+
+
+def without_userinfo(url: str) -> str:
+    """``url`` without its user info (``https://bob:pw@host/x`` -> ``https://host/x``): what a
+    ``repr`` shows, since a database or fsspec URL may carry its password there.
+
+    >>> without_userinfo("postgresql://mlflow:pw@db:5432/mlflow")
+    'postgresql://db:5432/mlflow'
+    """
+    return _USERINFO.sub(r"\1", url)

@@ -133,7 +133,9 @@ class FsspecStore(EdgeQueries, TrackerBase):
         self.fs.makedirs(self.root, exist_ok=True)
 
     def __repr__(self) -> str:
-        return f"FsspecStore(root={self.url!r})"
+        from torchx_airflow_tracker.config import without_userinfo
+
+        return f"FsspecStore(root={without_userinfo(self.url)!r})"  # sftp://user:pw@host roots
 
     # paths and entries
 

@@ -63,9 +63,16 @@ REGISTRY_RUN_NAME = ".torchx-claims"
 CANDIDATE_TAG = "torchx.candidate_for"
 
 
-def _client_with_credentials(tracking_uri: str, username: str | None, password: str | None) -> MlflowClient:
-    """An ``MlflowClient`` whose every request carries these credentials, whatever the process
-    environment holds (MLflow reads ``MLFLOW_TRACKING_USERNAME``/``PASSWORD`` there otherwise)."""
+def _http_client(tracking_uri: str, username: str | None, password: str | None) -> MlflowClient:
+    """An ``MlflowClient`` of an http(s) tracking server, built without MLflow's store registry.
+
+    ``MlflowClient(uri)`` resolves its store through the registry, which builds every store of the
+    process under one lock (``mlflow.tracking._tracking_service.registry._building_store_lock``): a
+    store that cannot be reached (a database URI whose server is down, retried for minutes) would hold
+    back every other client of the process, e.g. every lineage view of the API server. Credentials
+    given here go with every request, whatever the process environment holds (MLflow reads
+    ``MLFLOW_TRACKING_USERNAME``/``PASSWORD`` there otherwise); none given: the environment's.
+    """
     from mlflow.store.tracking.rest_store import RestStore
     from mlflow.tracking import MlflowClient
     from mlflow.tracking._tracking_service.client import TrackingServiceClient
@@ -73,7 +80,8 @@ def _client_with_credentials(tracking_uri: str, username: str | None, password: 
 
     def host_creds() -> Any:
         creds = get_default_host_creds(tracking_uri)  # TLS settings and the like, as MLflow reads them
-        creds.username, creds.password, creds.token = username, password, None
+        if username is not None or password is not None:
+            creds.username, creds.password, creds.token = username, password, None
         return creds
 
     class _Tracking(TrackingServiceClient):
@@ -82,8 +90,13 @@ def _client_with_credentials(tracking_uri: str, username: str | None, password: 
             return rest_store
 
     rest_store = RestStore(host_creds)
-    client = MlflowClient(tracking_uri)
+    # MlflowClient.__init__ would build its stores through the registry; these are the attributes it
+    # sets (the tracing and workspace clients are not used by this store)
+    client = MlflowClient.__new__(MlflowClient)
+    client._registry_uri = tracking_uri
     client._tracking_client = _Tracking(tracking_uri)  # the one seam MLflow has for its store
+    client._workspace_store_uri = None
+    client._workspace_client = None
     return client
 
 
@@ -216,7 +229,10 @@ class MlflowStore(EdgeQueries, TrackerBase):
         self._mlflow_ids: dict[str, str] = {}
 
     def __repr__(self) -> str:
-        return f"MlflowStore(tracking_uri={self.tracking_uri!r}, experiment={self.experiment!r})"
+        from torchx_airflow_tracker.config import without_userinfo
+
+        uri = without_userinfo(self.tracking_uri)  # a database URI carries its password there
+        return f"MlflowStore(tracking_uri={uri!r}, experiment={self.experiment!r})"
 
     @cached_property
     def client(self) -> MlflowClient:
@@ -226,14 +242,14 @@ class MlflowStore(EdgeQueries, TrackerBase):
             raise ImportError(
                 "Install torchx-airflow-tracker[mlflow] (mlflow-skinny) to use the MLflow store"
             ) from e
-        if self._username is None and self._password is None:
-            return MlflowClient(tracking_uri=self.tracking_uri)
-        if not self.tracking_uri.startswith(("http://", "https://")):
+        if self.tracking_uri.startswith(("http://", "https://")):
+            return _http_client(self.tracking_uri, self._username, self._password)
+        if self._username is not None or self._password is not None:
             raise ValueError(
                 f"username/password apply to http(s) tracking URIs only, got {self.tracking_uri!r}: "
                 "drop them, or give the server's http(s) URI."
             )
-        return _client_with_credentials(self.tracking_uri, self._username, self._password)
+        return MlflowClient(tracking_uri=self.tracking_uri)
 
     @cached_property
     def experiment_id(self) -> str:
