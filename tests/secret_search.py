@@ -76,7 +76,8 @@ def _forms_in(secret: bytes, views: Iterable[tuple[str, bytes]]) -> list[str]:
 
 
 def find_secret(secret: str, text: str | bytes) -> list[str]:
-    """The forms in which ``secret`` shows in ``text`` (``clear``, ``url-encoded``, ``base64``); [] if none."""
+    """The forms in which ``secret`` shows in ``text`` (``clear``, ``url-encoded``, ``base64``);
+    [] if none."""
     data = text.encode() if isinstance(text, str) else text
     return _forms_in(secret.encode(), _views(data))
 

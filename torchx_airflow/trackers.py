@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
+
+from torchx_airflow_tracker.compat import cached_property
 
 from torchx_airflow.exceptions import TorchXConnectionError, TorchXError
 from torchx_airflow.secrets import mask_secret, strip_userinfo

@@ -253,3 +253,20 @@ def test_a_store_being_built_elsewhere_in_the_process_holds_no_http_store_back(m
         worker.start()
         worker.join(60)
         assert done == [{"epoch": 3}], "the http store waited for MLflow's store-building lock"
+
+
+def test_a_store_whose_server_hangs_holds_no_other_store_back(mlflow_uri):
+    """An MLflow server that does not answer keeps its store busy for minutes (MLflow retries with
+    backoff); every other store of the process goes on (Python 3.10/3.11's cached_property would
+    hold them all behind one lock per class)."""
+    stuck = MlflowStore("https://127.0.0.1:9", "nowhere", username="a", password="b")
+    threading.Thread(target=lambda: stuck.experiment_id, daemon=True).start()
+    time.sleep(2)  # the stuck store is inside its experiment lookup now, retrying
+    opened: list[str] = []
+    worker = threading.Thread(
+        target=lambda: opened.append(MlflowStore(mlflow_uri, f"free-{uuid.uuid4().hex[:8]}").experiment_id),
+        daemon=True,
+    )
+    worker.start()
+    worker.join(60)
+    assert len(opened) == 1, "a store waited for another store's stuck server"

@@ -20,10 +20,10 @@ import re
 import signal
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
+from torchx_airflow_tracker.compat import cached_property
 
 from torchx_airflow.apps import AppHandle
 from torchx_airflow.exceptions import TorchXConfigError, TorchXConnectionError

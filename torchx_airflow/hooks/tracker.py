@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
+from torchx_airflow_tracker.compat import cached_property
 
 from torchx_airflow.exceptions import TorchXConnectionError
 from torchx_airflow.hooks.settings import check_extra_keys, parse_json_object

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
+from torchx_airflow_tracker.compat import cached_property
 
 from torchx_airflow.apps import build_task_app, mapping_param, summarize_dryrun
 from torchx_airflow.exceptions import TorchXComponentError, TorchXConfigError

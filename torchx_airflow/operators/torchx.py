@@ -9,11 +9,11 @@ MLflow, s3fs or docker module.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import ResumableJobMixin
 from airflow.sdk.configuration import conf
+from torchx_airflow_tracker.compat import cached_property
 
 from torchx_airflow.apps import SUCCEEDED, role_replicas
 from torchx_airflow.assets import check_artifact_assets

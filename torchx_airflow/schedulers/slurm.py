@@ -393,7 +393,9 @@ class SlurmSupport(SchedulerSupport):
         character in such values (``NCCL_SOCKET_IFNAME=eth0,eth1``, JSON).
         """
         replicas = list(getattr(dryrun_info.request, "replicas", {}).values())
-        with_comma = {name for replica in replicas for name, value in replica.env.items() if "," in str(value)}
+        with_comma = {
+            name for replica in replicas for name, value in replica.env.items() if "," in str(value)
+        }
         names = set(names) | with_comma
         moved: dict[str, str] = {}
         for replica in replicas:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from torchx_airflow_tracker.compat import cached_property
 
 from torchx_airflow.apps import SUCCEEDED, check_app_handle, scheduler_of, summarize_status
 from torchx_airflow.exceptions import (

@@ -26,11 +26,11 @@ import posixpath
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from torchx.tracker.api import TrackerArtifact, TrackerBase
 
+from torchx_airflow_tracker.compat import cached_property
 from torchx_airflow_tracker.config import parse_config
 from torchx_airflow_tracker.run_graph import EdgeQueries, artifact_names_key
 

@@ -1,0 +1,73 @@
+"""The credential matrix on the Slurm cluster: every way a credential can be configured
+(tests/credential_matrix.py), one real ``airflow dags test`` of ``credential_matrix_slurm``, then every
+place searched for every secret in clear, URL-encoded and inside base64 (tests/secret_search.py),
+with the places Slurm adds: the stored batch script, ``scontrol show job``, ``sacct`` (its submit
+line too) and the ``slurm-<job>.out`` files under the work dir. Target: 0 found."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+
+import pytest
+
+from tests.credential_matrix import (
+    RUNS,
+    assert_nothing_found,
+    connections,
+    expected_states,
+    places,
+    run_matrix,
+)
+from tests.dags.torchx_credential_dags import ENV_SECRETS
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
+
+
+def _slurm_records(job_id: str) -> dict[str, bytes]:
+    commands = {
+        "scontrol show job": ["scontrol", "show", "job", "-d", job_id],
+        "scontrol write batch_script": ["scontrol", "write", "batch_script", job_id, "-"],
+        "sacct": ["sacct", "-j", job_id, "-P", "-l"],
+        "sacct submit line": ["sacct", "-j", job_id, "-P", "-o", "JobID,SubmitLine%-2000,WorkDir,Comment"],
+    }
+    records = {}
+    for where, cmd in commands.items():
+        proc = subprocess.run(cmd, capture_output=True, timeout=60)
+        assert proc.returncode == 0, (where, proc.stderr)
+        records[f"{where} {job_id}"] = proc.stdout
+    return records
+
+
+@pytest.fixture(scope="module")
+def matrix(slurm_cluster, airflow_db, mlflow_uri, s3_endpoint, tmp_path_factory):
+    work = tmp_path_factory.mktemp("credential-matrix-slurm")
+    store = tmp_path_factory.mktemp("credential-store-slurm")
+    env = connections(mlflow_uri, s3_endpoint, store, work / "work")
+    return run_matrix("slurm", airflow_db, env, work)
+
+
+def test_every_task_ends_as_its_store_allows_on_slurm(matrix):
+    assert matrix.result.states == expected_states(), matrix.result.output[-6000:]
+
+
+def test_no_secret_in_any_log_xcom_job_output_event_or_slurm_record(matrix):
+    job_ids = [matrix.result.xcom(f"run_{way}", key="app_handle").rsplit("/", 1)[1] for way in sorted(RUNS)]
+    extra: dict[str, bytes] = {}
+    for job_id in job_ids:
+        extra |= _slurm_records(job_id)
+    scripts = [text for where, text in extra.items() if where.startswith("scontrol write batch_script")]
+    assert len(scripts) == len(RUNS) and all(b"srun" in script for script in scripts)  # really read
+    assert_nothing_found(places(matrix, extra))
+
+
+def test_the_slurm_job_gets_its_credentials_intact(matrix):
+    """A ',' value (which srun --export would cut into more variables) arrives whole on Slurm too."""
+    output = matrix.result.output
+    task = output[output.index("starting task_id=run_env ") : output.index("end task task_id=run_env ")]
+    digests = dict(
+        line.split("ENV-SHA256 ", 1)[1].split()[:2] for line in task.splitlines() if "ENV-SHA256 " in line
+    )
+    expected = {name: hashlib.sha256(value.encode()).hexdigest() for name, value in ENV_SECRETS.items()}
+    assert {name: digests.get(name) for name in expected} == expected
+    assert digests.get("LD_PRELOAD") == hashlib.sha256(b"").hexdigest()

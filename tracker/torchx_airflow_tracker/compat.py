@@ -1,0 +1,40 @@
+"""``cached_property`` without the class-wide lock of Python 3.10 and 3.11.
+
+``functools.cached_property`` before Python 3.12 computes every value under one lock per *class*
+(python/cpython#87634): while one instance computes, every other instance of the class waits. An
+MLflow store whose server hangs (an experiment lookup retried for minutes) then holds back every other
+MLflow store of the process, a lineage view or a trigger of another DAG included. Python 3.12 removed
+the lock; this is its ``cached_property`` for the versions before. Two threads asking the same instance
+at once may both compute, as on 3.12.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any, TypeVar
+
+__all__ = ["cached_property"]
+
+_T = TypeVar("_T")
+
+if sys.version_info >= (3, 12):
+    cached_property = functools.cached_property
+else:
+    _MISSING = object()
+
+    class cached_property(functools.cached_property[_T]):  # noqa: N801 - the stdlib's name
+        """``functools.cached_property`` of Python 3.12: the value is cached in the instance's
+        ``__dict__``, and no lock is held while it is computed."""
+
+        def __get__(self, instance: Any, owner: type[Any] | None = None) -> Any:
+            if instance is None:
+                return self
+            if self.attrname is None:
+                raise TypeError("Cannot use cached_property instance without calling __set_name__ on it.")
+            cache = instance.__dict__
+            value = cache.get(self.attrname, _MISSING)
+            if value is _MISSING:
+                value = self.func(instance)
+                cache[self.attrname] = value
+            return value
