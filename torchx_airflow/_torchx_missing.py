@@ -12,7 +12,9 @@ class TorchXMissingFinder:
     def __init__(self, distribution: str) -> None:
         self.distribution = distribution
 
-    def find_spec(self, name: str, path: Sequence[str] | None = None, target: ModuleType | None = None):
+    def find_spec(
+        self, name: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> None:
         if name != "torchx" and not name.startswith("torchx."):
             return None
         raise ModuleNotFoundError(

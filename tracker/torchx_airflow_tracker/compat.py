@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 __all__ = ["cached_property"]
 
 _T = TypeVar("_T")
 
-if sys.version_info >= (3, 12):
-    cached_property = functools.cached_property
+if TYPE_CHECKING or sys.version_info >= (3, 12):
+    from functools import cached_property  # type checkers see the stdlib's types
 else:
     _MISSING = object()
 
