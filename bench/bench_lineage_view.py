@@ -136,9 +136,9 @@ class Listings:
         self.requests = 0
         names = store.files.names
 
-        def counted(directory: str) -> list[str]:
+        def counted(directory: str, hidden: bool = False) -> list[str]:
             self.directories.append(directory)
-            return names(directory)
+            return names(directory, hidden=hidden)
 
         store.files.names = counted
         client = getattr(store.fs, "s3", None)
