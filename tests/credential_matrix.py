@@ -12,6 +12,7 @@ server) are real and run the job.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from tests.conftest import AIRFLOW, TEST_DAGS, DagRunResult, collect_run
 from tests.dags.torchx_credential_dags import ARTIFACT_PATH, CREDENTIAL_WAYS, ENV_SECRETS
+from tests.job_env import files_under
 from tests.openlineage_events import file_transport
 from tests.secret_search import secret_hits
 
@@ -140,10 +142,6 @@ def expected_states() -> dict[str, str]:
     return states
 
 
-def files_under(*roots: Path) -> dict[str, bytes]:
-    return {str(p): p.read_bytes() for root in roots if root.exists() for p in root.rglob("*") if p.is_file()}
-
-
 def places(run: MatrixRun, extra: dict[str, bytes] | None = None) -> dict[str, bytes]:
     """Task logs (the command's output and the log files), every XCom and rendered field, the job's
     output files, the OpenLineage events, and ``extra``."""
@@ -176,3 +174,15 @@ def assert_artifact_path_kept_without_user_info(run: MatrixRun) -> None:
     """The job's artifact arrives in the task's result, its path without the URL's user info."""
     artifacts = run.result.xcom("run_env")["artifacts"]
     assert artifacts["model"]["path"] == ARTIFACT_PATH.replace("bob:artifact-Url-Secret-5523@", "")
+
+
+def assert_env_arrived_intact(run: MatrixRun) -> None:
+    """The ``env`` way's values reached the job as they were (the job prints their digests): a ','
+    value is not cut into more variables (``LD_PRELOAD`` stays empty)."""
+    output = run.result.output
+    task = output[output.index("starting task_id=run_env ") : output.index("end task task_id=run_env ")]
+    lines = [line for line in task.splitlines() if "ENV-SHA256 " in line]
+    digests = dict(line.split("ENV-SHA256 ", 1)[1].split()[:2] for line in lines)
+    expected = {name: hashlib.sha256(value.encode()).hexdigest() for name, value in ENV_SECRETS.items()}
+    assert {name: digests.get(name) for name in expected} == expected
+    assert digests.get("LD_PRELOAD") == hashlib.sha256(b"").hexdigest()

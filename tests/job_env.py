@@ -103,7 +103,7 @@ def secret_hits(texts: dict[str, bytes]) -> list[tuple[str, str]]:
 
 
 def files_under(*roots: Path) -> dict[str, bytes]:
-    return {str(p): p.read_bytes() for root in roots for p in root.rglob("*") if p.is_file()}
+    return {str(p): p.read_bytes() for root in roots if root.exists() for p in root.rglob("*") if p.is_file()}
 
 
 def task_logs(run: EnvRun) -> dict[str, bytes]:
@@ -111,3 +111,20 @@ def task_logs(run: EnvRun) -> dict[str, bytes]:
     home = Path(os.environ["AIRFLOW_HOME"])
     logs = home / "logs" / f"dag_id={run.result.dag_id}" / f"run_id={run.result.run_id}"
     return {"airflow dags test output": run.result.output.encode(), **files_under(logs)}
+
+
+def slurm_records(job_id: str) -> dict[str, bytes]:
+    """What Slurm keeps of a job: ``scontrol show job``, the stored batch script, ``sacct`` (its submit
+    line too), each named ``"<command> <job_id>"``."""
+    commands = {
+        "scontrol show job": ["scontrol", "show", "job", "-d", job_id],
+        "scontrol write batch_script": ["scontrol", "write", "batch_script", job_id, "-"],
+        "sacct": ["sacct", "-j", job_id, "-P", "-l"],
+        "sacct submit line": ["sacct", "-j", job_id, "-P", "-o", "JobID,SubmitLine%-2000,WorkDir,Comment"],
+    }
+    records = {}
+    for where, cmd in commands.items():
+        proc = subprocess.run(cmd, capture_output=True, timeout=60)
+        assert proc.returncode == 0, (where, proc.stderr)
+        records[f"{where} {job_id}"] = proc.stdout
+    return records

@@ -15,6 +15,8 @@ __version__ = "0.1.0"
 # a plain dependency. Without either, the first import of torchx fails naming both. Not this package's
 # own import: Airflow imports it for the provider info in every command and does not guard that.
 if find_spec("torchx") is None:
-    from torchx_airflow._torchx_missing import TorchXMissingFinder
+    from torchx_airflow_tracker.compat import TorchXMissingFinder
 
+    # the provider's fix first: importing the tracker package above added its own finder
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, TorchXMissingFinder)]
     sys.meta_path.append(TorchXMissingFinder("torchx-airflow"))

@@ -4,21 +4,19 @@ URL-encoded and inside base64 (tests/secret_search.py). Target: 0 found."""
 
 from __future__ import annotations
 
-import hashlib
-
 import pytest
 
 from tests.credential_matrix import (
     SECRETS,
     all_secrets,
     assert_artifact_path_kept_without_user_info,
+    assert_env_arrived_intact,
     assert_nothing_found,
     connections,
     expected_states,
     places,
     run_matrix,
 )
-from tests.dags.torchx_credential_dags import ENV_SECRETS
 from tests.openlineage_events import read_events
 from tests.secret_search import secret_hits
 
@@ -49,14 +47,7 @@ def test_no_secret_in_any_log_xcom_job_output_or_openlineage_event(matrix):
 
 def test_the_jobs_get_their_credentials_intact(matrix):
     """What the env carried arrives as it was (a ',' value is not cut into more variables)."""
-    output = matrix.result.output
-    task = output[output.index("starting task_id=run_env ") : output.index("end task task_id=run_env ")]
-    digests = dict(
-        line.split("ENV-SHA256 ", 1)[1].split()[:2] for line in task.splitlines() if "ENV-SHA256 " in line
-    )
-    expected = {name: hashlib.sha256(value.encode()).hexdigest() for name, value in ENV_SECRETS.items()}
-    assert {name: digests.get(name) for name in expected} == expected
-    assert digests.get("LD_PRELOAD") == hashlib.sha256(b"").hexdigest()
+    assert_env_arrived_intact(matrix)
 
 
 def test_links_and_paths_shown_to_people_carry_no_user_info(matrix):

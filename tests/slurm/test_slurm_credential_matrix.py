@@ -6,37 +6,20 @@ line too) and the ``slurm-<job>.out`` files under the work dir. Target: 0 found.
 
 from __future__ import annotations
 
-import hashlib
-import subprocess
-
 import pytest
 
 from tests.credential_matrix import (
     RUNS,
+    assert_env_arrived_intact,
     assert_nothing_found,
     connections,
     expected_states,
     places,
     run_matrix,
 )
-from tests.dags.torchx_credential_dags import ENV_SECRETS
+from tests.job_env import slurm_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
-
-
-def _slurm_records(job_id: str) -> dict[str, bytes]:
-    commands = {
-        "scontrol show job": ["scontrol", "show", "job", "-d", job_id],
-        "scontrol write batch_script": ["scontrol", "write", "batch_script", job_id, "-"],
-        "sacct": ["sacct", "-j", job_id, "-P", "-l"],
-        "sacct submit line": ["sacct", "-j", job_id, "-P", "-o", "JobID,SubmitLine%-2000,WorkDir,Comment"],
-    }
-    records = {}
-    for where, cmd in commands.items():
-        proc = subprocess.run(cmd, capture_output=True, timeout=60)
-        assert proc.returncode == 0, (where, proc.stderr)
-        records[f"{where} {job_id}"] = proc.stdout
-    return records
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +38,7 @@ def test_no_secret_in_any_log_xcom_job_output_event_or_slurm_record(matrix):
     job_ids = [matrix.result.xcom(f"run_{way}", key="app_handle").rsplit("/", 1)[1] for way in sorted(RUNS)]
     extra: dict[str, bytes] = {}
     for job_id in job_ids:
-        extra |= _slurm_records(job_id)
+        extra |= slurm_records(job_id)
     scripts = [text for where, text in extra.items() if where.startswith("scontrol write batch_script")]
     assert len(scripts) == len(RUNS) and all(b"srun" in script for script in scripts)  # really read
     assert_nothing_found(places(matrix, extra))
@@ -63,11 +46,4 @@ def test_no_secret_in_any_log_xcom_job_output_event_or_slurm_record(matrix):
 
 def test_the_slurm_job_gets_its_credentials_intact(matrix):
     """A ',' value (which srun --export would cut into more variables) arrives whole on Slurm too."""
-    output = matrix.result.output
-    task = output[output.index("starting task_id=run_env ") : output.index("end task task_id=run_env ")]
-    digests = dict(
-        line.split("ENV-SHA256 ", 1)[1].split()[:2] for line in task.splitlines() if "ENV-SHA256 " in line
-    )
-    expected = {name: hashlib.sha256(value.encode()).hexdigest() for name, value in ENV_SECRETS.items()}
-    assert {name: digests.get(name) for name in expected} == expected
-    assert digests.get("LD_PRELOAD") == hashlib.sha256(b"").hexdigest()
+    assert_env_arrived_intact(matrix)

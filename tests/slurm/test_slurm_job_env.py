@@ -4,28 +4,18 @@ job's work dir (a real ``airflow dags test`` run on the cluster)."""
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
-from tests.job_env import assert_job_got_only_its_env, files_under, run_env_dump, secret_hits, task_logs
+from tests.job_env import (
+    assert_job_got_only_its_env,
+    files_under,
+    run_env_dump,
+    secret_hits,
+    slurm_records,
+    task_logs,
+)
 
 pytestmark = pytest.mark.integration
-
-
-def _slurm_records(job_id: str) -> dict[str, bytes]:
-    commands = {
-        "scontrol show job": ["scontrol", "show", "job", "-d", job_id],
-        "scontrol write batch_script": ["scontrol", "write", "batch_script", job_id, "-"],
-        "sacct": ["sacct", "-j", job_id, "-P", "-l"],
-        "sacct submit line": ["sacct", "-j", job_id, "-P", "-o", "JobID,SubmitLine%-2000,WorkDir,Comment"],
-    }
-    records = {}
-    for where, cmd in commands.items():
-        proc = subprocess.run(cmd, capture_output=True)
-        assert proc.returncode == 0, (where, proc.stderr)
-        records[where] = proc.stdout
-    return records
 
 
 def test_slurm_job_env_holds_no_worker_airflow_variable_and_no_secret_is_written(
@@ -35,7 +25,7 @@ def test_slurm_job_env_holds_no_worker_airflow_variable_and_no_secret_is_written
 
     assert_job_got_only_its_env(run)
     job_id = run.result.xcom("run", key="app_handle").rsplit("/", 1)[1]
-    records = _slurm_records(job_id)
+    records = {where.rsplit(" ", 1)[0]: text for where, text in slurm_records(job_id).items()}
     assert b"srun" in records["scontrol write batch_script"]  # the stored script was read
     assert b"PLAIN_SETTING=visible" in records["scontrol write batch_script"]  # plain env stays there
     outputs = files_under(run.workdir)

@@ -19,6 +19,6 @@ __version__ = "0.1.0"
 # TorchX comes from one of two distributions (the extras `torchx` and `torchx-nightly`), so neither is
 # a plain dependency. Without either, the first import of torchx (every store's module) fails naming both.
 if find_spec("torchx") is None:
-    from torchx_airflow_tracker._torchx_missing import TorchXMissingFinder
+    from torchx_airflow_tracker.compat import TorchXMissingFinder
 
     sys.meta_path.append(TorchXMissingFinder("torchx-airflow-tracker"))
