@@ -141,7 +141,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         self.deferrable = check_waitable(self.hook, self.wait_for_completion, self.deferrable, self.log)
         try:
             with self._kills.running(context["ti"]):
-                self._recover_submission(context)
+                self._durable(context).recover()  # a try that died submitting left a mark
                 return self.execute_resumable(context)
         finally:
             self.hook.close()
@@ -176,12 +176,8 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         self._publish_handle(app_handle, context)
         return app_handle
 
-    def _recover_submission(self, context: Context) -> None:
-        """A try that died while submitting left a mark: find its job (``durable.DurableSubmission``)."""
-        self._durable(context).recover()
-
     def get_job_status(self, external_id: Any, context: Context) -> str:
-        status = self._poll_status(str(external_id))
+        status = self._wait.status(str(external_id))
         self._status = status
         return status.state.name if status is not None else "NOT_FOUND"
 
@@ -203,11 +199,11 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
 
         record_task_run(self.trackers, app_handle, context, self.tracker_timeout, self.log)
         if not self.wait_for_completion:
-            self._status = self._poll_status(app_handle)
+            self._status = self._wait.status(app_handle)
         elif self.deferrable:
             # Check once before deferring: an app already done (a quick job, a reattach after it
             # ended) finishes here, printing its logs, with no round trip through the triggerer.
-            status = self._poll_status(app_handle)
+            status = self._wait.status(app_handle)
             if status is None or not status.is_terminal():
                 self._defer(app_handle, context)
             self._status = status
@@ -220,7 +216,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
     def get_job_result(self, external_id: Any, context: Context) -> dict[str, Any]:
         if self._result is None:
             app_handle = str(external_id)
-            status = self._status if self._status is not None else self._poll_status(app_handle)
+            status = self._status if self._status is not None else self._wait.status(app_handle)
             self._result = self.result(app_handle, status, self._app, context)
         return self._result
 
@@ -237,9 +233,6 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         from torchx_airflow.waiting import WorkerWait
 
         return WorkerWait(self.hook, self.poll_interval, self._outage_budget(), self.log, self.stream_logs)
-
-    def _poll_status(self, app_handle: str) -> AppStatus | None:
-        return self._wait.status(app_handle)
 
     def wait(self, app_handle: str, app: AppDef) -> AppStatus:
         """Poll until the app is terminal, streaming its logs meanwhile (``waiting.WorkerWait``)."""
@@ -338,33 +331,28 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
 
     # OpenLineage (apache-airflow-providers-openlineage calls these; see torchx_airflow.openlineage)
 
-    def _described_app(self) -> AppDef:
-        """The app of this execution if built, else the task's app as it will be built (no tracker
-        is opened for it: START comes before execute)."""
-        return self.__dict__.get("_app") or self.build_app_with({})
-
-    def _scheduler_name(self) -> str | None:
-        hook = self.__dict__.get("hook")
-        return hook.scheduler if hook is not None else (self.scheduler or None)
-
-    def _first_store(self) -> TrackerBase | None:
-        trackers = self.__dict__.get("trackers")
-        return trackers.stores[0] if trackers else None
+    def _lineage_inputs(self) -> tuple[AppDef, str | None, Any, TrackerBase | None]:
+        """``(app, scheduler, hook, first store)`` of this execution, none of them made for lineage:
+        the app as it will be built when START comes before execute (no tracker opened for it)."""
+        hook, trackers = self.__dict__.get("hook"), self.__dict__.get("trackers")
+        app = self.__dict__.get("_app") or self.build_app_with({})
+        scheduler = hook.scheduler if hook is not None else (self.scheduler or None)
+        return app, scheduler, hook, trackers.stores[0] if trackers else None
 
     def get_openlineage_facets_on_start(self) -> OperatorLineage:
         """The app to be submitted: job facets (roles, images, resources, env names)."""
         from torchx_airflow.openlineage import lineage_on_start
 
-        return lineage_on_start(self._described_app(), self._scheduler_name())
+        app, scheduler, _, _ = self._lineage_inputs()
+        return lineage_on_start(app, scheduler)
 
     def _lineage_on_end(self, task_instance: Any, produced: bool) -> OperatorLineage:
         from torchx_airflow import openlineage
 
-        app, store = self._described_app(), self._first_store()
-        hook = self.__dict__.get("hook")
+        app, scheduler, hook, store = self._lineage_inputs()
         outcome = openlineage.run_outcome(self._app_handle, self._result, self._status, hook, app, store)
         parents = openlineage.lineage_parents(outcome, store, task_instance, self)
-        return openlineage.lineage_on_end(app, self._scheduler_name(), outcome, parents, store, produced)
+        return openlineage.lineage_on_end(app, scheduler, outcome, parents, store, produced)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
         """The finished run: handle, state, sources, parents' runs and artifacts in, its own out."""
