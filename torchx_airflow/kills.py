@@ -229,13 +229,19 @@ class KillGuard:
         finally:
             self.waiting = False
 
-    def on_kill(self, app_handle: str, cancel: Callable[[str], object], task_log: Any) -> None:
+    def on_kill(
+        self, app_handle: str, cancel: Callable[[str], object], task_log: Any, outlives_launcher: bool = True
+    ) -> None:
         """Cancel ``app_handle`` if the task was killed; else leave it, and end a wait under way with
-        the retryable ``TorchXWaitInterruptedError``."""
+        the retryable ``TorchXWaitInterruptedError``. An app that ends with this process anyway
+        (``outlives_launcher=False``: local_cwd, local_docker) is always cancelled, cleanly: no try
+        could reattach to it."""
         from torchx_airflow.exceptions import TorchXWaitInterruptedError
 
         if self.timed_out:
             verdict = KillVerdict(True, "its execution_timeout passed")
+        elif not outlives_launcher:
+            verdict = KillVerdict(True, "its app ends with this process")
         else:
             verdict = kill_verdict(self.key)
         if verdict.cancel:

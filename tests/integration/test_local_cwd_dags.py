@@ -132,7 +132,7 @@ def test_killing_the_task_cancels_the_job(airflow_db, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert "Task killed: cancelling TorchX app local_cwd://" in output
+    assert "Task killed (its app ends with this process): cancelling TorchX app local_cwd://" in output
     result = collect_run(airflow_db, "tx_sleep", proc.returncode, output)
     assert result.states == {"run": "failed"}
     assert "finished in state CANCELLED" in output

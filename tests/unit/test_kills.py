@@ -55,3 +55,38 @@ def test_a_trigger_waits_for_the_state_as_long_as_airflows_on_kill_timeout_allow
     assert kills.trigger_state_timeout() == 60 - kills.CANCEL_SECONDS
     monkeypatch.setenv("AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT", "2")
     assert kills.trigger_state_timeout() == 1.0
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, msg: str, *args: object) -> None:
+        self.lines.append(msg % args)
+
+    warning = info
+
+
+def test_a_guard_cancels_an_app_that_ends_with_its_process_without_asking_the_state(monkeypatch):
+    """local_cwd, local_docker: no try can reattach, so a SIGTERM cancels cleanly."""
+    monkeypatch.setattr(kills, "read_task_state", lambda key: pytest.fail("asked the state"))
+    guard, cancelled, log = kills.KillGuard(), [], _Log()
+    guard.key = KEY
+    guard.on_kill("local_cwd://torchx/echo-1", cancelled.append, log, outlives_launcher=False)
+    assert cancelled == ["local_cwd://torchx/echo-1"]
+    assert log.lines == [
+        "Task killed (its app ends with this process): cancelling TorchX app local_cwd://torchx/echo-1"
+    ]
+
+
+def test_a_guard_leaves_an_app_that_outlives_its_process_and_ends_only_the_wait(monkeypatch):
+    from torchx_airflow.exceptions import TorchXWaitInterruptedError
+
+    monkeypatch.setattr(kills, "read_task_state", lambda key: ("running", True))
+    guard, cancelled = kills.KillGuard(), []
+    guard.key = KEY
+    with guard.only_waiting(), pytest.raises(TorchXWaitInterruptedError):
+        guard.on_kill("slurm://torchx/42", cancelled.append, _Log())
+    assert cancelled == []
+    guard.on_kill("slurm://torchx/42", cancelled.append, _Log())  # not waiting any more: no raise
+    assert cancelled == []

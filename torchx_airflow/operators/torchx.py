@@ -327,7 +327,8 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         worker's shutdown is not held up and the next try starts at once.
         """
         if self._app_handle is not None:  # else nothing was submitted yet
-            self._kills.on_kill(self._app_handle, self.hook.cancel, self.log)
+            outlives = self.hook.apps_outlive_launcher()
+            self._kills.on_kill(self._app_handle, self.hook.cancel, self.log, outlives)
 
     # OpenLineage (apache-airflow-providers-openlineage calls these; see torchx_airflow.openlineage)
 
