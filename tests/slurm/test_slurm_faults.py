@@ -46,6 +46,13 @@ def tracker_servers(tmp_path_factory):
         mlflow_server_process(tmp_path_factory.mktemp("ml-hung")) as hung,
         mlflow_server_process(tmp_path_factory.mktemp("ml-stopped")) as stopped,
     ):
+        from torchx_airflow_tracker.mlflow_store import MlflowStore
+
+        for uri, _ in (hung, stopped):
+            # the experiment made before the tasks open it: a fresh server's first writes (its
+            # database created, the experiment made) can take longer than the task's 8 s tracker
+            # budget on a loaded host, and that budget is for the fault, not for the warm-up
+            MlflowStore(uri, "faults").experiment_id  # noqa: B018
         try:
             yield {"hung": hung, "stopped": stopped}
         finally:
