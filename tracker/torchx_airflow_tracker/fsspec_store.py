@@ -57,6 +57,7 @@ from torchx_airflow_tracker.store_layout import (
     LEGACY_INDEX_ID,
     LONG_ID_PREFIX,
     METADATA,
+    REVERSE_PREFIX,
     SOURCES,
     STAGING,
     Edge,
@@ -64,6 +65,7 @@ from torchx_airflow_tracker.store_layout import (
     decode_name,
     edge_from_content,
     edge_from_keys,
+    key,
     parse_reverse_marker,
     run_dir_name,
 )
@@ -308,11 +310,16 @@ class FsspecStore(EdgeQueries, TrackerBase):
             runs[name] = decoded
         return runs
 
-    def graph(self) -> _Graph:
-        """Every edge of the store: the reverse markers, and the runs that have none yet read in full."""
+    def graph(self, source_id: str | None = None) -> _Graph:
+        """Every edge of the store (``source_id``: only the edges from it): the reverse markers, and
+        the runs that have none yet read in full. One listing of the root either way; with
+        ``source_id`` only the markers named after it are decoded (its key leads their names)."""
         names = self._root_names()
         graph = _Graph()
+        prefix = REVERSE_PREFIX if source_id is None else f"{REVERSE_PREFIX}{key(source_id)}."
         for name in names:
+            if not name.startswith(prefix):
+                continue
             keys = parse_reverse_marker(name)
             if keys is None:
                 continue
@@ -329,7 +336,8 @@ class FsspecStore(EdgeQueries, TrackerBase):
                     run_id, dir_name
                 )
             for edge in self._scanned[dir_name]:
-                graph.add(edge)
+                if source_id is None or edge.source_id == source_id:
+                    graph.add(edge)
         return graph
 
     def ensure_indexed(self) -> int:
@@ -359,7 +367,7 @@ class FsspecStore(EdgeQueries, TrackerBase):
                 f"Unknown run_ids filter(s) {sorted(kwargs)}; the fsspec store filters by parent_run_id only."
             )
         if parent_run_id:
-            return sorted(self.graph().children_of(parent_run_id))
+            return sorted(self.graph(parent_run_id).children_of(parent_run_id))
         return sorted(self._run_dirs(self._root_names()).values())
 
 
