@@ -99,9 +99,9 @@ def _one_wait(log: Path, today: bool) -> float:
     app = _app()
     operator = TorchXOperator(task_id="bench", app=app, torchx_conn_id=CONN_ID, poll_interval=POLL_INTERVAL)
     operator.stream_logs = not today
-    info = operator.hook.dryrun(app)
-    info.request.cmd.append("--hold")
-    app_handle = operator.hook.schedule(info)
+    dryrun = operator.hook.dryrun(app)
+    dryrun.info.request.cmd.append("--hold")
+    app_handle = operator.hook.schedule(dryrun)
     polls = _Polls(operator.hook.status)
     operator.hook.status = polls  # type: ignore[method-assign]
     stop = threading.Event()
