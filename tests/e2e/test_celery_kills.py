@@ -102,6 +102,14 @@ def _assert_one_completed_job_and_a_reattaching_retry(
     return tries
 
 
+def _assert_retry_took_over(retry: str, handle: str) -> None:
+    """The retry reattached to the job, or (when the 30 s job ended before the retry started: the
+    stopped worker's shutdown and the requeue take their time) took its result without submitting."""
+    reattached = f"Reattached to TorchX app {handle} from an earlier try" in retry
+    took_result = "skipping resubmission" in retry and f"TorchX app {handle} is SUCCEEDED" in retry
+    assert reattached or took_result, retry[-3000:]
+
+
 def test_sigterm_to_the_task_supervisor_leaves_the_job_for_the_retry(stack):
     dag_id = "celery_reattach"
     before = set(_stack_jobs(stack))
@@ -111,8 +119,7 @@ def test_sigterm_to_the_task_supervisor_leaves_the_job_for_the_retry(stack):
     os.kill(supervisor, signal.SIGTERM)  # what the kubelet sends a pod's process
 
     _assert_one_completed_job_and_a_reattaching_retry(stack, dag_id, run, handle, before)
-    retry = stack.log(dag_id, run, "train", 2)
-    assert f"Reattached to TorchX app {handle} from an earlier try" in retry
+    _assert_retry_took_over(stack.log(dag_id, run, "train", 2), handle)
 
 
 def test_stopping_a_workers_process_group_leaves_the_job_and_the_other_worker_reattaches(stack):
@@ -128,7 +135,7 @@ def test_stopping_a_workers_process_group_leaves_the_job_and_the_other_worker_re
     finally:
         stack.script("start", WORKERS[stopped])
     assert [t["hostname"] for t in tries] == [stopped, other]
-    assert f"Reattached to TorchX app {handle} from an earlier try" in stack.log(dag_id, run, "train", 2)
+    _assert_retry_took_over(stack.log(dag_id, run, "train", 2), handle)
 
 
 def test_stopping_the_worker_a_deferred_task_resumes_on_leaves_the_job_for_the_retry(stack, faults):
