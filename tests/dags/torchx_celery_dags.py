@@ -32,50 +32,35 @@ TRAIN_ARGS = [
 ]  # fmt: skip
 STEP = {"component": "utils.python", "scheduler": "slurm", "poll_interval": 1}
 
-with DAG(
-    dag_id="celery_reattach",
-    schedule=None,
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    tags=["torchx", "celery-tests"],
-    doc_md=__doc__,
+# ``train`` waits in the worker, or in the triggerer (its resume then runs on a worker)
+for dag_id, train_deferrable, doc in (
+    ("celery_reattach", False, __doc__),
+    (
+        "celery_reattach_deferred",
+        True,
+        "The same two steps, ``train`` waiting in the triggerer: its resume runs on a worker.",
+    ),
 ):
-    prepare = TorchXOperator(
-        task_id="prepare",
-        component_args=["--script", PREPARE, "--", "--out", f"{RUN_DIR}/prepare", "--rows", "25"],
-        deferrable=True,
-        **STEP,
-    )
-    train = TorchXOperator(
-        task_id="train",
-        component_args=TRAIN_ARGS,
-        deferrable=False,
-        retries=1,
-        retry_delay=timedelta(seconds=1),
-        **STEP,
-    )
-    prepare >> train
-
-with DAG(
-    dag_id="celery_reattach_deferred",
-    schedule=None,
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    tags=["torchx", "celery-tests"],
-    doc_md="The same two steps, ``train`` waiting in the triggerer: its resume runs on a worker.",
-):
-    prepare = TorchXOperator(
-        task_id="prepare",
-        component_args=["--script", PREPARE, "--", "--out", f"{RUN_DIR}/prepare", "--rows", "25"],
-        deferrable=True,
-        **STEP,
-    )
-    train = TorchXOperator(
-        task_id="train",
-        component_args=TRAIN_ARGS,
-        deferrable=True,
-        retries=1,
-        retry_delay=timedelta(seconds=1),
-        **STEP,
-    )
-    prepare >> train
+    with DAG(
+        dag_id=dag_id,
+        schedule=None,
+        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+        catchup=False,
+        tags=["torchx", "celery-tests"],
+        doc_md=doc,
+    ):
+        prepare = TorchXOperator(
+            task_id="prepare",
+            component_args=["--script", PREPARE, "--", "--out", f"{RUN_DIR}/prepare", "--rows", "25"],
+            deferrable=True,
+            **STEP,
+        )
+        train = TorchXOperator(
+            task_id="train",
+            component_args=TRAIN_ARGS,
+            deferrable=train_deferrable,
+            retries=1,
+            retry_delay=timedelta(seconds=1),
+            **STEP,
+        )
+        prepare >> train

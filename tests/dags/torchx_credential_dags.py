@@ -45,21 +45,17 @@ for scheduler in ("local", "slurm"):
         for way in CREDENTIAL_WAYS:
             trackers = ["cred_local"] if way == "env" else [f"cred_{way}"]
             env = ENV_SECRETS if way == "env" else {}
-            TorchXDryRunOperator(
-                task_id=f"dryrun_{way}",
-                component="utils.python",
-                component_args=["--script", JOB, "--", *ARRIVING],
-                torchx_conn_id=f"torchx_cred_{scheduler}",
-                tracker_conn_ids=trackers,
-                env=env,
-            )
+            app = {
+                "component": "utils.python",
+                "component_args": ["--script", JOB, "--", *ARRIVING],
+                "torchx_conn_id": f"torchx_cred_{scheduler}",
+                "tracker_conn_ids": trackers,
+                "env": env,
+            }
+            TorchXDryRunOperator(task_id=f"dryrun_{way}", **app)
             TorchXOperator(
                 task_id=f"run_{way}",
-                component="utils.python",
-                component_args=["--script", JOB, "--", *ARRIVING],
-                torchx_conn_id=f"torchx_cred_{scheduler}",
-                tracker_conn_ids=trackers,
-                env=env,
+                **app,
                 poll_interval=1,
                 tracker_timeout=20,
                 retries=0,
