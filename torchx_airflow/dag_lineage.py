@@ -115,6 +115,16 @@ def _attempt(what: str, store: TrackerBase, fn: Any) -> bool:
         return False
 
 
+def record_source(store: TrackerBase, run_id: str, source_id: str, artifact_name: str | None = None) -> bool:
+    """One lineage edge ``run_id <- source_id`` (through ``artifact_name``) under the tracker-write
+    policy; False (and a warning) when the store kept failing."""
+    return _attempt(
+        f"record {run_id} <- {source_id}",
+        store,
+        lambda: store.add_source(run_id, source_id, artifact_name),
+    )
+
+
 def record_run(
     stores: Iterable[TrackerBase], run_id: str, parents: Sequence[str], metadata: Mapping[str, Any]
 ) -> None:

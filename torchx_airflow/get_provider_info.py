@@ -71,6 +71,12 @@ def get_provider_info() -> dict[str, Any]:
                         "description": "Seconds a wait goes on while the scheduler does not answer "
                         "(empty: [torchx] outage_timeout, 600)",
                     },
+                    "infrastructure_retries": {
+                        "label": "Infrastructure retries",
+                        "schema": {"type": ["integer", "null"], "minimum": 0},
+                        "description": "Times a job ended by a node failure or a preemption is resubmitted "
+                        "without using the task's retries (empty: [torchx] infrastructure_retries, 3)",
+                    },
                 },
                 "ui-field-behaviour": {
                     "hidden-fields": ["host", "schema", "login", "password", "port"],
@@ -153,6 +159,16 @@ def _config() -> dict[str, Any]:
                     "float",
                     "1800",
                     "600",
+                ),
+                "infrastructure_retries": option(
+                    "Times a TorchX job that the infrastructure ended (Slurm NODE_FAIL, PREEMPTED, "
+                    "BOOT_FAIL) is resubmitted within the same task try, resuming from its last "
+                    "checkpoint, without using the task's retries. A torchx connection's extra "
+                    "infrastructure_retries and a task's infrastructure_retries override it; 0 never "
+                    "resubmits.",
+                    "integer",
+                    "5",
+                    "3",
                 ),
                 "poll_interval": option(
                     "Default seconds between status checks of a TorchXOperator's wait (its "

@@ -8,12 +8,19 @@ Launched by TorchX's ``dist.ddp`` component, which starts one process per rank w
 gloo on CPU, NCCL when every rank has a GPU. Every rank records itself with ``AppRun.run_from_env()``;
 rank 0 also records the loss, the model artifact and, when the job has an MLflow tracker
 (``MLFLOW_TRACKING_URI`` is set), the loss of every epoch as an MLflow metric with its step.
+
+Rank 0 saves a checkpoint after every epoch (``checkpoint.pt`` in ``--out``, recorded as artifact
+``checkpoint`` with its epoch). A job the cluster ended (a node failure, a preemption) is resubmitted
+by ``TorchXOperator`` with that checkpoint's path in ``TORCHX_AIRFLOW_RESUME_FROM``: training goes on
+from the epoch after it.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import socket
+import time
 from pathlib import Path
 
 import torch
@@ -24,6 +31,8 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from torchx.tracker.api import AppRun
 
 RUN_ID_TAG = "torchx.run_id"  # how the MLflow tracker names the run of a TorchX app
+RESUME_FROM = "TORCHX_AIRFLOW_RESUME_FROM"  # set by TorchXOperator when it resubmits this job
+ATTEMPT = "TORCHX_AIRFLOW_ATTEMPT"
 
 
 def mlflow_run(job_id: str) -> tuple[object, str] | None:
@@ -53,13 +62,45 @@ def device_and_backend() -> tuple[torch.device, str]:
     return torch.device("cpu"), "gloo"
 
 
+def resume(model: DistributedDataParallel, optimizer: torch.optim.Optimizer, rank: int) -> int:
+    """The first epoch to train: 1, or the one after the checkpoint in ``TORCHX_AIRFLOW_RESUME_FROM``
+    (model and optimizer state loaded from it on every rank)."""
+    path = os.environ.get(RESUME_FROM)
+    if not path:
+        return 1
+    state = torch.load(path, map_location="cpu")
+    model.module.load_state_dict(state["state_dict"])
+    optimizer.load_state_dict(state["optimizer"])
+    if rank == 0:
+        attempt = os.environ.get(ATTEMPT, "?")
+        print(f"attempt {attempt}: resuming from epoch {state['epoch']} of {path}", flush=True)
+    return int(state["epoch"]) + 1
+
+
+def save_checkpoint(
+    run: AppRun, model: DistributedDataParallel, optimizer: torch.optim.Optimizer, epoch: int, out: Path
+) -> None:
+    """``checkpoint.pt`` in ``out`` (written whole, then renamed), recorded as artifact ``checkpoint``."""
+    out.mkdir(parents=True, exist_ok=True)
+    path, partial = out / "checkpoint.pt", out / "checkpoint.pt.partial"
+    torch.save(
+        {"state_dict": model.module.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
+        partial,
+    )
+    os.replace(partial, path)
+    run.add_artifact("checkpoint", str(path), {"epoch": epoch})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data", required=True, help="data.csv written by prepare")
     parser.add_argument("--lr", type=float, required=True, help="learning rate")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=10, help="per rank")
-    parser.add_argument("--out", required=True, help="directory for model.pt")
+    parser.add_argument("--out", required=True, help="directory for model.pt and checkpoint.pt")
+    parser.add_argument(
+        "--epoch-seconds", type=float, default=0.0, help="wait this long after each epoch (a longer job)"
+    )
     args = parser.parse_args()
 
     torch.set_num_threads(1)  # two ranks on a small machine: one thread each, no oversubscription
@@ -76,13 +117,26 @@ def main() -> None:
         make_model().to(device), device_ids=[device.index] if device.type == "cuda" else None
     )
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    first_epoch = resume(model, optimizer, rank)
 
     run = AppRun.run_from_env()
-    run.add_metadata(**{f"rank{rank}_samples": len(sampler), "world_size": world, "backend": backend})
-    print(f"rank {rank}/{world}: {len(sampler)} samples, backend {backend}, device {device}", flush=True)
+    host = socket.gethostname()
+    run.add_metadata(
+        **{
+            f"rank{rank}_samples": len(sampler),
+            f"rank{rank}_host": host,
+            "world_size": world,
+            "backend": backend,
+        }
+    )
+    print(
+        f"rank {rank}/{world} on {host}: {len(sampler)} samples, backend {backend}, device {device}",
+        flush=True,
+    )
     metrics = mlflow_run(run.id) if rank == 0 else None
+    out = Path(args.out)
 
-    for epoch in range(1, args.epochs + 1):
+    for epoch in range(first_epoch, args.epochs + 1):
         sampler.set_epoch(epoch)
         totals = torch.zeros(2, device=device)  # sum of squared errors, samples
         for xb, yb in loader:
@@ -99,11 +153,12 @@ def main() -> None:
             if metrics is not None:
                 client, mlflow_run_id = metrics
                 client.log_metric(mlflow_run_id, "train_loss", epoch_loss, step=epoch)
+            save_checkpoint(run, model, optimizer, epoch, out)
+        time.sleep(args.epoch_seconds)
 
     if rank == 0:
         net = model.module.cpu()
         loss = mse(net, x, y)
-        out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         path = out / "model.pt"
         torch.save({"state_dict": net.state_dict(), "lr": args.lr, "epochs": args.epochs}, path)

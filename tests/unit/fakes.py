@@ -34,13 +34,20 @@ class FakeSchedulerHook:
         answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
         if isinstance(answer, Exception):
             raise answer
-        return None if answer is None else AppStatus(state=answer, msg=answer.name)
+        if answer is None or isinstance(answer, AppStatus):
+            return answer
+        return AppStatus(state=answer, msg=answer.name)
 
     def statuses(self, handles: list[str]) -> dict[str, AppStatus | None]:
         return {handle: self.status(handle) for handle in handles}
 
     def cancel(self, handle: str) -> None:
         self.cancelled.append(handle)
+
+    def infrastructure_reason(self, handle: str, state: str, msg: str) -> str | None:
+        from torchx_airflow.schedulers.slurm import SlurmSupport
+
+        return SlurmSupport.infrastructure_reason(None, state, msg)  # type: ignore[arg-type]
 
     #: what find_submission answers (a handle, None, or an exception raised every time); the tokens
     #: schedule was given; set False for a scheduler that cannot find a job by its mark
@@ -59,14 +66,18 @@ class FakeSchedulerHook:
             raise self.found
         return self.found
 
+    #: the handles schedule returns, one per call (the last one again when they run out)
+    handles: tuple[str, ...] = (HANDLE,)
+
     def schedule(self, info: Any, token: str | None = None) -> str:
         self.tokens = [*getattr(self, "tokens", []), token]
-        return HANDLE
+        return self.handles[min(len(self.tokens), len(self.handles)) - 1]
 
     def resolve_cfg(self, scheduler: str, cfg: dict) -> dict:
         return {}
 
     def dryrun(self, app: Any, scheduler: Any = None, cfg: Any = None, **kwargs: Any) -> TorchXDryRun:
+        self.apps = [*getattr(self, "apps", []), app]
         return TorchXDryRun("sbatch --parsable torchx-sbatch.sh", self.scheduler)  # type: ignore[arg-type]
 
     def log_streams(self, handle: str) -> tuple:
@@ -129,3 +140,8 @@ def _terminal(state: str) -> dict[str, Any]:
         "roles": {"echo": [state]},
         "log_cursor": {},
     }
+
+
+def handle_keys(store: TaskStateStore) -> dict[str, Any]:
+    """What the store keeps of the durable protocol: everything but the attempts' record."""
+    return {key: value for key, value in store.values.items() if key != "torchx_attempts"}

@@ -11,7 +11,7 @@ import pytest
 from airflow.sdk.exceptions import TaskDeferred
 from torchx.specs import AppState
 
-from tests.unit.fakes import HANDLE, FakeSchedulerHook, TaskStateStore, _context, _operator
+from tests.unit.fakes import HANDLE, FakeSchedulerHook, TaskStateStore, _context, _operator, handle_keys
 from torchx_airflow.exceptions import TorchXError
 
 
@@ -43,7 +43,7 @@ def test_a_submission_is_marked_in_the_store_before_it_reaches_the_scheduler():
     # the mark goes only once the handle is stored
     assert store.writes[:3] == [("set", "torchx_submission"), ("set", "torchx_app_handle"),
                                 ("delete", "torchx_submission")]  # fmt: skip
-    assert store.values == {"torchx_app_handle": HANDLE}
+    assert handle_keys(store) == {"torchx_app_handle": HANDLE}
 
 
 def test_a_scheduler_that_cannot_find_a_job_by_its_mark_gets_no_mark():
@@ -65,7 +65,7 @@ def test_a_retry_finds_the_job_a_try_submitted_but_died_before_recording_and_rea
     with pytest.raises(TaskDeferred):
         _operator(hook, deferrable=True).execute(_context(store))
     assert hook.searched == ("slurm", "t0k3n")
-    assert store.values == {"torchx_app_handle": HANDLE}
+    assert handle_keys(store) == {"torchx_app_handle": HANDLE}
 
 
 def test_a_retry_whose_earlier_submission_never_reached_the_scheduler_submits():
@@ -76,7 +76,7 @@ def test_a_retry_whose_earlier_submission_never_reached_the_scheduler_submits():
         _operator(hook, deferrable=True).execute(_context(store))
     assert hook.searched == ("slurm", "t0k3n")
     assert len(hook.tokens) == 1 and hook.tokens[0] != "t0k3n"
-    assert store.values == {"torchx_app_handle": HANDLE}
+    assert handle_keys(store) == {"torchx_app_handle": HANDLE}
 
 
 def test_a_scheduler_that_cannot_tell_fails_the_try_submitting_nothing_and_keeps_the_mark(monkeypatch):

@@ -32,7 +32,13 @@ def test_provider_info_lists_every_class_and_they_import():
     assert info["package-name"] == "torchx-airflow"
     conns = {c["connection-type"]: c for c in info["connection-types"]}
     assert set(conns) == {"torchx", "torchx_fsspec", "mlflow"}
-    assert set(conns["torchx"]["conn-fields"]) == {"scheduler", "cfg", "trackers", "outage_timeout"}
+    assert set(conns["torchx"]["conn-fields"]) == {
+        "scheduler",
+        "cfg",
+        "trackers",
+        "outage_timeout",
+        "infrastructure_retries",
+    }
     assert set(conns["torchx_fsspec"]["conn-fields"]) == {"root", "storage_options"}
     assert set(conns["mlflow"]["conn-fields"]) == {"experiment"}
     assert conns["mlflow"]["ui-field-behaviour"]["relabeling"]["host"] == "Tracking URI"
@@ -69,7 +75,9 @@ def test_the_torchx_config_section_holds_the_defaults_a_task_and_connection_over
         "tracker_timeout",
         "max_log_lines",
         "min_poll_interval",
+        "infrastructure_retries",
     }
+    assert conf.getint("torchx", "infrastructure_retries") == 3
     # the defaults Airflow reads are the operators' own: nothing changes until a site sets them
     assert conf.getfloat("torchx", "outage_timeout") == 600.0
     assert conf.getfloat("torchx", "poll_interval") == 5.0

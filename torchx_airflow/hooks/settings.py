@@ -3,10 +3,13 @@
 Connection extra (all optional)::
 
     {"scheduler": "slurm", "cfg": {"partition": "gpu", "time": "01:00:00"}, "trackers": ["mlflow_default"],
-     "env_passthrough": ["CUDA_HOME", "NCCL_*"], "outage_timeout": 1800}
+     "env_passthrough": ["CUDA_HOME", "NCCL_*"], "outage_timeout": 1800, "infrastructure_retries": 3}
 
 ``outage_timeout``: seconds a wait on this connection's scheduler goes on while the scheduler gives
 no answer (a task's own ``outage_timeout`` wins; unset: ``[torchx] outage_timeout``, 600 s).
+``infrastructure_retries``: how many times a job that a node failure or a preemption ended is
+resubmitted within the task's try (a task's own wins; unset: ``[torchx] infrastructure_retries``, 3;
+see ``torchx_airflow.resubmission``).
 
 Also the parsers other connection types share: a JSON-object extra, the list of known extra keys.
 """
@@ -19,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from torchx_airflow.exceptions import TorchXConnectionError
+from torchx_airflow.exceptions import TorchXConfigError, TorchXConnectionError
 from torchx_airflow.schedulers.env import parse_env_passthrough
 
 DEFAULT_SCHEDULER = "local_cwd"
@@ -35,6 +38,7 @@ class TorchXConnectionSettings:
     trackers: tuple[str, ...] = ()
     env_passthrough: tuple[str, ...] = ()
     outage_timeout: float | None = None
+    infrastructure_retries: int | None = None
 
     @classmethod
     def from_extra(cls, conn_id: str, extra: Mapping[str, Any]) -> TorchXConnectionSettings:
@@ -59,7 +63,17 @@ class TorchXConnectionSettings:
             trackers=_parse_trackers(conn_id, get("trackers")),
             env_passthrough=parse_env_passthrough(conn_id, get("env_passthrough")),
             outage_timeout=_parse_outage_timeout(conn_id, get("outage_timeout")),
+            infrastructure_retries=_parse_infrastructure_retries(conn_id, get("infrastructure_retries")),
         )
+
+
+def _parse_infrastructure_retries(conn_id: str, value: Any) -> int | None:
+    from torchx_airflow.resubmission import check_infrastructure_retries
+
+    try:
+        return check_infrastructure_retries(value, f"Connection {conn_id!r}")
+    except TorchXConfigError as e:  # a connection's is a connection error
+        raise TorchXConnectionError(f"{e} Set extra 'infrastructure_retries' to e.g. 3.") from None
 
 
 def _parse_outage_timeout(conn_id: str, value: Any) -> float | None:

@@ -311,6 +311,11 @@ class TorchXHook(BaseHook):
 
         return apps_outlive_launcher(scheduler or self.scheduler)
 
+    def infrastructure_reason(self, app_handle: str, state: str, msg: str) -> str | None:
+        """Why the app ended for its infrastructure's reasons (``NODE_FAIL``, ``PREEMPTED``...), or
+        None when it ended for its own (``SchedulerSupport.infrastructure_reason``)."""
+        return self.support(AppHandle.parse(app_handle).scheduler).infrastructure_reason(state, msg)
+
     def finds_submissions(self, scheduler: str) -> bool:
         """Whether a job submitted with a ``token`` can be found again by it (``find_submission``)."""
         return self.support(scheduler).finds_submissions

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from torchx.tracker.api import TrackerBase
 
     from torchx_airflow.durable import DurableSubmission
+    from torchx_airflow.resubmission import Resubmission
     from torchx_airflow.waiting import WorkerWait
 
 
@@ -88,6 +89,13 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         submission (past it the task fails, nothing submitted), recording lineage and metadata after
         submission, reading results at the end (past it, a warning: the app is never lost or
         duplicated because a tracker hangs).
+    :param infrastructure_retries: times a job the infrastructure ended (Slurm ``NODE_FAIL``,
+        ``PREEMPTED``, ``BOOT_FAIL``) is resubmitted within this try, without using ``retries``;
+        None takes the connection's ``infrastructure_retries`` extra, else ``[torchx]
+        infrastructure_retries`` (3). A job that fails for its own reasons is never resubmitted.
+    :param checkpoint_artifact: the artifact (``AppRun.add_artifact``) whose path a resubmitted job
+        gets in ``TORCHX_AIRFLOW_RESUME_FROM``, with its attempt number in ``TORCHX_AIRFLOW_ATTEMPT``
+        (see :mod:`torchx_airflow.resubmission`).
     :param artifact_assets: artifact name -> ``Asset`` or ``AssetAlias`` of the task's ``outlets``:
         when the app SUCCEEDS, the asset event carries the app handle, the artifact's path and
         metadata, and the try number (see :mod:`torchx_airflow.assets`).
@@ -108,6 +116,8 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         max_log_lines: int = conf.getint("torchx", "max_log_lines", fallback=1000),
         tracker_timeout: float = conf.getfloat("torchx", "tracker_timeout", fallback=60.0),
         outage_timeout: float | None = None,
+        infrastructure_retries: int | None = None,
+        checkpoint_artifact: str = "checkpoint",
         artifact_assets: Mapping[str, Asset | AssetAlias] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -129,8 +139,14 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         from torchx_airflow.retry import check_outage_timeout
 
         self.outage_timeout = check_outage_timeout(outage_timeout, f"Task {self.task_id!r}")
+        from torchx_airflow.resubmission import check_checkpoint_artifact, check_infrastructure_retries
+
+        where = f"Task {self.task_id!r}"
+        self.infrastructure_retries = check_infrastructure_retries(infrastructure_retries, where)
+        self.checkpoint_artifact = check_checkpoint_artifact(checkpoint_artifact, where)
         self._app_handle: str | None = None
         self._status: AppStatus | None = None
+        self._status_of: str | None = None  # the handle self._status is of
         self._result: dict[str, Any] | None = None
         self._submitted_here = False
         self._kills = KillGuard()
@@ -168,7 +184,19 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         )
 
     def submit_job(self, context: Context) -> str:
-        dryrun, _ = self.dryrun(self._app)
+        # An earlier try's job that the infrastructure ended (its status was just asked) continues
+        # its attempts, resuming from its checkpoint, instead of starting a new job from scratch.
+        if self._status is not None and self._status_of is not None:
+            status = self._status
+            resubmitted = self._resubmitted(self._status_of, status.state.name, status.msg, context)
+            if resubmitted is not None:
+                return resubmitted
+        app_handle = self._submit(self._app, context)
+        self._resubmission(context).attempts.started(app_handle, first=True)
+        return app_handle
+
+    def _submit(self, app: AppDef, context: Context) -> str:
+        dryrun, _ = self.dryrun(app)
         self.trackers.check_within(self.tracker_timeout, f"Task {self.task_id!r}")
         app_handle = self._durable(context).submit(dryrun)
         self._submitted_here = True
@@ -178,7 +206,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
 
     def get_job_status(self, external_id: Any, context: Context) -> str:
         status = self._wait.status(str(external_id))
-        self._status = status
+        self._status, self._status_of = status, str(external_id)
         return status.state.name if status is not None else "NOT_FOUND"
 
     def is_job_active(self, status: str) -> bool:
@@ -200,18 +228,63 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         record_task_run(self.trackers, app_handle, context, self.tracker_timeout, self.log)
         if not self.wait_for_completion:
             self._status = self._wait.status(app_handle)
-        elif self.deferrable:
+            return self.get_job_result(app_handle, context)
+        if self.deferrable:
             # Check once before deferring: an app already done (a quick job, a reattach after it
             # ended) finishes here, printing its logs, with no round trip through the triggerer.
             status = self._wait.status(app_handle)
             if status is None or not status.is_terminal():
                 self._defer(app_handle, context)
-            self._status = status
             self._print_logs(app_handle, {})
         else:
             with self._kills.only_waiting():
-                self._status = self.wait(app_handle, self._app)
+                status = self.wait(app_handle, self._app)
+        self._status, self._status_of = status, app_handle
+        if status is not None:
+            resubmitted = self._resubmitted(app_handle, status.state.name, status.msg, context)
+            if resubmitted is not None:
+                return self.poll_until_complete(resubmitted, context)
         return self.get_job_result(app_handle, context)
+
+    # resubmission (torchx_airflow.resubmission): a job the infrastructure ended runs again
+
+    def _resubmission(self, context: Context) -> Resubmission:
+        if self.__dict__.get("_resubmission_of") is None:
+            from torchx_airflow.resubmission import Resubmission, resolve_infrastructure_retries
+
+            budget = resolve_infrastructure_retries(
+                self.infrastructure_retries, self.hook.settings.infrastructure_retries
+            )
+            store = context.get("task_state_store") if self.durable else None
+            if store is None and self.deferrable:  # the count would not outlive a deferral
+                budget = 0
+            first_store = self.trackers.stores[0] if self.trackers else None
+            self.__dict__["_resubmission_of"] = Resubmission(
+                store, budget, self.checkpoint_artifact, first_store, self.log
+            )
+        return self.__dict__["_resubmission_of"]
+
+    def _resubmitted(self, app_handle: str, state: str, msg: str, context: Context) -> str | None:
+        """A new job for ``app_handle`` when the infrastructure ended it and the budget allows
+        (resuming from its checkpoint); None when the task ends with this job."""
+        if state == SUCCEEDED:
+            return None
+        reason = self.hook.infrastructure_reason(app_handle, state, msg)
+        if reason is None:
+            return None
+        resubmission = self._resubmission(context)
+        attempt = resubmission.next_attempt(app_handle, state, reason)
+        if attempt is None:
+            return None
+        from torchx_airflow.resubmission import with_resume_env
+
+        app = with_resume_env(self._app, attempt.number, attempt.resume_from)
+        self.__dict__["_app"] = app
+        self._status, self._status_of, self._result = None, None, None
+        new_handle = self._submit(app, context)
+        resubmission.attempts.started(new_handle, attempt.resume_from)
+        resubmission.link(self.trackers.stores if self.trackers else (), new_handle, app_handle, attempt)
+        return new_handle
 
     def get_job_result(self, external_id: Any, context: Context) -> dict[str, Any]:
         if self._result is None:
@@ -255,10 +328,11 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         from torchx_airflow.results import finish_run
 
         self._publish_handle(app_handle, context)
+        attempts = self._resubmission(context).attempts.summary(app_handle, summary.get("state"))
         return finish_run(
             context,
             app_handle,
-            summary,
+            {**summary, "attempts": attempts},
             terminal,
             self.trackers,
             self.tracker_timeout,
@@ -298,6 +372,10 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
                 if kind == "timeout":
                     state, message = status.get("state", "CANCELLED"), status.get("message", "")
                     raise TorchXAppFailedError(self._app_handle, state, message, "", {})
+                state, msg = str(status.get("state", "")), str(status.get("msg", ""))
+                resubmitted = self._resubmitted(self._app_handle, state, msg, context)
+                if resubmitted is not None:  # waits (deferred again) for the new job
+                    return self.poll_until_complete(resubmitted, context)
                 return self._finish(self._app_handle, status, True, context)
         finally:
             self.hook.close()

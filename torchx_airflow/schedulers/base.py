@@ -105,6 +105,14 @@ class SchedulerSupport:
         seconds); None when the scheduler has no such job. Raises when it cannot tell."""
         return None
 
+    def infrastructure_reason(self, state: str, msg: str) -> str | None:
+        """Why an app that ended in ``state`` (an ``AppState`` name) with status ``msg`` ended for the
+        infrastructure's reasons (a node failure, a preemption), or None when it ended for its own
+        (an exit code, memory, a time limit) or this cannot be told: what makes the operator resubmit
+        it without using the task's retries (``torchx_airflow.resubmission``). The default tells none.
+        """
+        return None
+
     def submitted(self, app_id: str, dryrun_info: AppDryRunInfo) -> None:
         """Called after ``dryrun_info`` was submitted as ``app_id``: remember what later calls need."""
 

@@ -74,6 +74,21 @@ SLURM_STATES: dict[str, str] = {
 _APP_STATE_ORDER = ("FAILED", "CANCELLED", "RUNNING", "PENDING", "UNKNOWN", "SUCCEEDED")
 
 
+#: Slurm job states that end a job for the cluster's reasons, not the job's: its node failed (or
+#: did not boot), or a job of a higher-priority partition preempted it.
+INFRASTRUCTURE_STATES = ("NODE_FAIL", "PREEMPTED", "BOOT_FAIL")
+
+
+def infrastructure_states(msg: str) -> list[str]:
+    """The infrastructure states among the Slurm states of an ``app_status`` message.
+
+    >>> infrastructure_states("CANCELLED by 0, NODE_FAIL (exit code 0:0)")
+    ['NODE_FAIL']
+    """
+    states = msg.split(" (exit code", 1)[0].split(", ")
+    return [s for s in INFRASTRUCTURE_STATES if any(w.split(" ")[0].rstrip("+") == s for w in states)]
+
+
 def app_state_name(slurm_state: str) -> str:
     """The TorchX ``AppState`` name of a Slurm state; ``UNKNOWN`` for a state this list lacks.
 
@@ -359,6 +374,15 @@ class SlurmSupport(SchedulerSupport):
             if row.workdir and row.workdir not in ("(null)", "n/a"):
                 self._workdirs[row.app_id] = row.workdir
         return by_app
+
+    def infrastructure_reason(self, state: str, msg: str) -> str | None:
+        """The Slurm state that ended the app for the cluster's reasons (``NODE_FAIL``,
+        ``PREEMPTED``, ``BOOT_FAIL``), when one of its allocations has it. The others' states
+        (a peer rank that failed or was cancelled when its node went) follow from it."""
+        if state not in ("FAILED", "CANCELLED"):
+            return None
+        found = infrastructure_states(msg)
+        return found[0] if found else None
 
     def workdir(self, app_id: str, ask: bool = True) -> str | None:
         """Where the job runs (its output files are there): from the last status query, else asked

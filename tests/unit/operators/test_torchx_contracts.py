@@ -26,6 +26,7 @@ from tests.unit.fakes import (
     _context,
     _operator,
     _terminal,
+    handle_keys,
 )
 from torchx_airflow.exceptions import (
     TorchXAppFailedError,
@@ -59,7 +60,7 @@ def test_deferrable_execute_submits_persists_the_handle_then_defers_to_the_trigg
             "log_offsets": {},
         },
     )
-    assert store.values == {"torchx_app_handle": HANDLE}
+    assert handle_keys(store) == {"torchx_app_handle": HANDLE}
     assert context["ti"].pushed["app_handle"] == HANDLE
 
 
@@ -114,7 +115,7 @@ def test_status_errors_past_the_policy_fail_the_try_but_keep_the_handle_for_the_
     store = TaskStateStore()
     with pytest.raises(TorchXSchedulerOutageError, match="has not answered for .* RuntimeError: down"):
         _operator(hook, outage_timeout=0.1).execute(_context(store))
-    assert store.values == {"torchx_app_handle": HANDLE}
+    assert handle_keys(store) == {"torchx_app_handle": HANDLE}
 
 
 # template fields are stored verbatim in __init__ and only normalised after rendering

@@ -1,0 +1,231 @@
+"""Jobs the infrastructure ended are resubmitted in the same try, on their own budget, resuming from
+their checkpoint; jobs that failed for their own reasons are not (torchx_airflow.resubmission).
+
+Fakes pin what the operator does with each answer; tests/slurm/test_slurm_preemption.py takes real
+nodes down and preempts real jobs.
+"""
+
+from __future__ import annotations
+
+import re
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import TaskDeferred
+from torchx.specs import AppState, AppStatus
+
+from tests.unit.fakes import HANDLE, FakeSchedulerHook, TaskStateStore, _context, _operator, _terminal
+from torchx_airflow.exceptions import TorchXAppFailedError, TorchXConfigError, TorchXConnectionError
+from torchx_airflow.hooks.settings import TorchXConnectionSettings
+from torchx_airflow.resubmission import (
+    ATTEMPT_ENV,
+    ATTEMPTS_KEY,
+    RESUME_FROM_ENV,
+    Resubmission,
+)
+from torchx_airflow.schedulers.slurm import infrastructure_states
+
+SECOND, THIRD = "slurm://torchx/4243", "slurm://torchx/4244"
+NODE_FAIL = AppStatus(AppState.FAILED, msg="CANCELLED by 0, NODE_FAIL (exit code 0:0)")
+PREEMPTED = AppStatus(AppState.FAILED, msg="PREEMPTED (exit code 0:15)")
+EXIT_1 = AppStatus(AppState.FAILED, msg="FAILED (exit code 1:0)")
+TIMEOUT = AppStatus(AppState.FAILED, msg="TIMEOUT (exit code 0:15)")
+OOM = AppStatus(AppState.FAILED, msg="OUT_OF_MEMORY (exit code 0:125)")
+
+
+class CheckpointStore:
+    """A tracker store in which every run recorded a checkpoint artifact at ``/ckpt/<app id>``."""
+
+    def __init__(self, has_checkpoint: bool = True) -> None:
+        self.has_checkpoint = has_checkpoint
+        self.edges: list[tuple[str, str, str | None]] = []
+
+    def artifacts(self, run_id: str) -> dict[str, Any]:
+        if not self.has_checkpoint:
+            return {}
+        return {"checkpoint": SimpleNamespace(path=f"/ckpt/{run_id.rsplit('/', 1)[1]}")}
+
+    def add_source(self, run_id: str, source_id: str, artifact_name: str | None = None) -> None:
+        self.edges.append((run_id, source_id, artifact_name))
+
+
+class FakeTrackers:
+    """The task's trackers: one store, nothing to check or hand to the job."""
+
+    conn_ids: list[str] = []
+
+    def __init__(self, store: Any) -> None:
+        self.stores = [store]
+
+    def __bool__(self) -> bool:
+        return True
+
+    def job_env(self) -> dict[str, str]:
+        return {}
+
+    def secret_env_names(self) -> tuple[str, ...]:
+        return ()
+
+    def check_within(self, *args: Any) -> None:
+        pass
+
+
+def _resubmitting(hook: FakeSchedulerHook, store: TaskStateStore, tracker: Any = None, budget: int = 3, **kw):
+    hook.handles = (HANDLE, SECOND, THIRD)
+    op = _operator(hook, **kw)
+    tracker = tracker if tracker is not None else CheckpointStore()
+    op.__dict__["_resubmission_of"] = Resubmission(store, budget, "checkpoint", tracker, op.log)
+    op.__dict__["trackers"] = FakeTrackers(tracker)
+    return op, tracker
+
+
+def _env(hook: FakeSchedulerHook, k: int) -> dict[str, str]:
+    return dict(hook.apps[k].roles[0].env)
+
+
+@pytest.mark.parametrize("ended", [NODE_FAIL, PREEMPTED], ids=["node_fail", "preempted"])
+def test_a_job_the_infrastructure_ended_runs_again_in_the_same_try_from_its_checkpoint(ended):
+    hook = FakeSchedulerHook([AppState.RUNNING, ended, AppState.RUNNING, AppState.SUCCEEDED])
+    store = TaskStateStore()
+    op, tracker = _resubmitting(hook, store, retries=0)
+    result = op.execute(_context(store))
+
+    assert len(hook.tokens) == 2  # two submissions, both through the durable protocol (marked)
+    assert result["state"] == "SUCCEEDED" and result["app_handle"] == SECOND
+    assert store.values["torchx_app_handle"] == SECOND  # a retry would reattach to the new job
+    first_env, second_env = _env(hook, 0), _env(hook, 1)
+    assert ATTEMPT_ENV not in first_env and RESUME_FROM_ENV not in first_env
+    assert second_env[ATTEMPT_ENV] == "2" and second_env[RESUME_FROM_ENV] == "/ckpt/4242"
+    reason = infrastructure_states(ended.msg)[0]
+    attempts = result["attempts"]
+    assert [(a["attempt"], a["app_handle"], a["state"]) for a in attempts] == [
+        (1, HANDLE, "FAILED"),
+        (2, SECOND, "SUCCEEDED"),
+    ]
+    assert attempts[0]["reason"] == reason and attempts[0]["elapsed_s"] >= 0
+    assert attempts[1]["resumed_from"] == "/ckpt/4242"
+    assert tracker.edges == [(SECOND, HANDLE, "checkpoint")]  # lineage: attempt 2 <- attempt 1
+
+
+@pytest.mark.parametrize("ended", [EXIT_1, TIMEOUT, OOM], ids=["exit_1", "timeout", "oom"])
+def test_a_job_that_failed_for_its_own_reasons_is_not_resubmitted(ended):
+    hook = FakeSchedulerHook([AppState.RUNNING, ended])
+    store = TaskStateStore()
+    op, _ = _resubmitting(hook, store)
+    with pytest.raises(TorchXAppFailedError, match="FAILED"):
+        op.execute(_context(store))
+    assert len(hook.tokens) == 1
+    assert [a["app_handle"] for a in store.values[ATTEMPTS_KEY]] == [HANDLE]
+
+
+def test_the_budget_is_its_own_and_ends_with_the_last_jobs_state():
+    hook = FakeSchedulerHook([NODE_FAIL])  # every job's node fails
+    store = TaskStateStore()
+    op, _ = _resubmitting(hook, store, budget=2, retries=5)
+    with pytest.raises(TorchXAppFailedError, match="NODE_FAIL"):
+        op.execute(_context(store))
+    assert len(hook.tokens) == 3  # the first job and 2 resubmissions
+    attempts = store.values[ATTEMPTS_KEY]
+    assert [a["app_handle"] for a in attempts] == [HANDLE, SECOND, THIRD]
+    assert [a.get("reason") for a in attempts] == ["NODE_FAIL"] * 3
+
+
+def test_without_a_checkpoint_the_job_restarts_and_a_later_one_keeps_the_earlier_checkpoint():
+    hook = FakeSchedulerHook([NODE_FAIL, NODE_FAIL, AppState.SUCCEEDED])
+    store = TaskStateStore()
+    op, tracker = _resubmitting(hook, store, tracker=CheckpointStore(has_checkpoint=False))
+    op.execute(_context(store))
+    assert RESUME_FROM_ENV not in _env(hook, 1) and _env(hook, 1)[ATTEMPT_ENV] == "2"
+    assert tracker.edges == [(SECOND, HANDLE, None), (THIRD, SECOND, None)]
+
+    hook = FakeSchedulerHook([NODE_FAIL, NODE_FAIL, AppState.SUCCEEDED])
+    store = TaskStateStore()
+    tracker = CheckpointStore()
+    op, _ = _resubmitting(hook, store, tracker=tracker)
+    tracker.artifacts = lambda run_id: (
+        {"checkpoint": SimpleNamespace(path="/ckpt/4242")} if run_id == HANDLE else {}
+    )
+    op.execute(_context(store))
+    assert _env(hook, 2)[RESUME_FROM_ENV] == "/ckpt/4242"  # the third resumes where the second did
+
+
+def test_a_deferred_wait_resubmits_when_the_task_resumes_and_defers_again():
+    hook = FakeSchedulerHook([AppState.RUNNING])
+    store = TaskStateStore()
+    store.set("torchx_app_handle", HANDLE)
+    store.set(ATTEMPTS_KEY, [{"attempt": 1, "app_handle": HANDLE, "submitted_at": 1.0}])
+    op, _ = _resubmitting(hook, store, deferrable=True)
+    hook.handles = (SECOND,)  # this process submits only the second job
+    event = {**_terminal("FAILED"), "msg": NODE_FAIL.msg}
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute_complete(_context(store), event)
+    assert deferred.value.trigger.serialize()[1]["app_handle"] == SECOND
+    assert store.values["torchx_app_handle"] == SECOND
+    assert [a["app_handle"] for a in store.values[ATTEMPTS_KEY]] == [HANDLE, SECOND]
+    assert _env(hook, 0)[RESUME_FROM_ENV] == "/ckpt/4242"
+
+
+def test_a_new_try_continues_the_attempts_of_a_job_the_infrastructure_ended():
+    """The worker died with the node: the next try finds the job NODE_FAIL and resumes it."""
+    hook = FakeSchedulerHook([NODE_FAIL, AppState.SUCCEEDED])
+    store = TaskStateStore()
+    store.set("torchx_app_handle", HANDLE)
+    store.set(ATTEMPTS_KEY, [{"attempt": 1, "app_handle": HANDLE, "submitted_at": 1.0}])
+    op, _ = _resubmitting(hook, store)
+    hook.handles = (SECOND,)
+    result = op.execute(_context(store))
+    assert result["app_handle"] == SECOND
+    assert _env(hook, 0)[ATTEMPT_ENV] == "2" and _env(hook, 0)[RESUME_FROM_ENV] == "/ckpt/4242"
+
+
+def test_a_succeeded_job_or_a_zero_budget_is_never_resubmitted():
+    hook = FakeSchedulerHook([NODE_FAIL])
+    store = TaskStateStore()
+    op, _ = _resubmitting(hook, store, budget=0)
+    with pytest.raises(TorchXAppFailedError):
+        op.execute(_context(store))
+    assert len(hook.tokens) == 1
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, "three", True, [3]])
+def test_a_bad_budget_is_refused_naming_the_value(value):
+    with pytest.raises(
+        TorchXConfigError,
+        match=re.escape(
+            f"infrastructure_retries must be a whole number of resubmissions (0 or more), got {value!r}"
+        ),
+    ):
+        _operator(FakeSchedulerHook([None]), infrastructure_retries=value)
+    with pytest.raises(TorchXConnectionError, match="Connection 'c'.*infrastructure_retries"):
+        TorchXConnectionSettings.from_extra("c", {"infrastructure_retries": value})
+
+
+def test_the_budget_comes_from_the_task_else_the_connection_else_the_site(monkeypatch):
+    from torchx_airflow.resubmission import resolve_infrastructure_retries
+
+    assert resolve_infrastructure_retries(1, 5) == 1
+    assert resolve_infrastructure_retries(None, 5) == 5
+    assert resolve_infrastructure_retries(None, None) == 3
+    monkeypatch.setenv("AIRFLOW__TORCHX__INFRASTRUCTURE_RETRIES", "7")
+    assert resolve_infrastructure_retries(None, None) == 7
+    assert (
+        TorchXConnectionSettings.from_extra("c", {"infrastructure_retries": "2"}).infrastructure_retries == 2
+    )
+
+
+@pytest.mark.parametrize(
+    ("msg", "states"),
+    [
+        ("NODE_FAIL", ["NODE_FAIL"]),
+        ("CANCELLED by 0, NODE_FAIL (exit code 0:0)", ["NODE_FAIL"]),
+        ("FAILED, PREEMPTED (exit code 1:0)", ["PREEMPTED"]),
+        ("BOOT_FAIL", ["BOOT_FAIL"]),
+        ("FAILED (exit code 1:0)", []),
+        ("TIMEOUT", []),
+        ("CANCELLED by 0", []),
+        ("OUT_OF_MEMORY", []),
+    ],
+)
+def test_slurm_states_that_are_the_infrastructures(msg, states):
+    assert infrastructure_states(msg) == states

@@ -1,0 +1,262 @@
+"""Resubmitting a job the infrastructure ended: in the same task try, on a budget of its own.
+
+A job that ends because of the cluster (Slurm ``NODE_FAIL``, ``PREEMPTED``, ``BOOT_FAIL``; what each
+scheduler's ``SchedulerSupport.infrastructure_reason`` recognises) did not fail for the user's
+reasons. ``TorchXOperator`` submits it again in the same task try, without consuming the task's
+``retries``, up to ``infrastructure_retries`` times (task, then connection extra, then ``[torchx]
+infrastructure_retries``, 3 by default). A job that exits non-zero, runs out of memory or hits its time
+limit fails the task as before.
+
+Resume, not restart: when the ended job recorded an artifact named ``checkpoint`` (the task's
+``checkpoint_artifact``) in the task's first tracker, the new job gets its path in
+``TORCHX_AIRFLOW_RESUME_FROM`` and its attempt number in ``TORCHX_AIRFLOW_ATTEMPT`` (both unset on a
+first attempt). Every attempt goes to ``task_state_store`` key ``torchx_attempts`` before the next
+one is submitted, and each resubmission follows the durable protocol of the first (mark, handle,
+reattach), so a worker lost mid-way never duplicates a job nor forgets one.
+
+Airflow 3.3's ``retry_policy`` cannot do this: its decisions are bounded by the task's ``retries``
+(a ``retries=0`` task is never retried by it) and a retry is a new try, which re-runs everything the
+task does before submitting.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from torchx_airflow.exceptions import TorchXConfigError
+
+if TYPE_CHECKING:
+    from torchx.specs import AppDef
+    from torchx.tracker.api import TrackerBase
+
+#: task_state_store key: the attempts of the task's current job, oldest first.
+ATTEMPTS_KEY = "torchx_attempts"
+RESUME_FROM_ENV = "TORCHX_AIRFLOW_RESUME_FROM"
+ATTEMPT_ENV = "TORCHX_AIRFLOW_ATTEMPT"
+DEFAULT_INFRASTRUCTURE_RETRIES = 3
+DEFAULT_CHECKPOINT_ARTIFACT = "checkpoint"
+
+
+def check_infrastructure_retries(value: Any, where: str) -> int | None:
+    """``value`` as a count of resubmissions (None stays None: the next level decides)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().isdigit():
+        raise TorchXConfigError(
+            f"{where}: infrastructure_retries must be a whole number of resubmissions (0 or more), got "
+            f"{value!r}. Give e.g. 3 (resubmit a job its nodes failed or a preemption ended up to 3 "
+            f"times), 0 to never resubmit, or leave it unset for [torchx] infrastructure_retries "
+            f"({DEFAULT_INFRASTRUCTURE_RETRIES} by default)."
+        )
+    return int(str(value).strip())
+
+
+def resolve_infrastructure_retries(task_value: int | None, connection_value: int | None) -> int:
+    """The task's budget, else the connection's, else the site's ``[torchx] infrastructure_retries``."""
+    for value in (task_value, connection_value):
+        if value is not None:
+            return int(value)
+    from airflow.sdk.configuration import conf
+
+    configured = conf.get("torchx", "infrastructure_retries", fallback=None)
+    checked = check_infrastructure_retries(configured, "[torchx] infrastructure_retries")
+    return DEFAULT_INFRASTRUCTURE_RETRIES if checked is None else checked
+
+
+def check_checkpoint_artifact(name: Any, where: str) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise TorchXConfigError(
+            f"{where}: checkpoint_artifact must be the name of an artifact the app records with "
+            f"AppRun.add_artifact(name, path), got {name!r}. Give e.g. 'checkpoint' (the default)."
+        )
+    return name
+
+
+class Attempts:
+    """The attempts of one task's job, kept in its ``task_state_store`` (in memory without one).
+
+    Each attempt: ``{attempt, app_handle, submitted_at, ended_at, state, reason, elapsed_s,
+    resumed_from}``; ``reason`` is the infrastructure's (``NODE_FAIL``...) for an attempt that was
+    resubmitted, and ``elapsed_s`` the seconds from its submission to the moment its end was seen:
+    the work it lost is at most that (less what its checkpoint kept).
+    """
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self._memory: list[dict[str, Any]] = []
+
+    def load(self) -> list[dict[str, Any]]:
+        if self.store is None:
+            return [dict(a) for a in self._memory]
+        value = self.store.get(ATTEMPTS_KEY)
+        return [dict(a) for a in value if isinstance(a, dict)] if isinstance(value, list) else []
+
+    def _save(self, attempts: list[dict[str, Any]]) -> None:
+        if self.store is None:
+            self._memory = attempts
+        else:
+            self.store.set(ATTEMPTS_KEY, attempts)
+
+    def started(self, app_handle: str, resumed_from: str | None = None, first: bool = False) -> int:
+        """Record a submitted job; ``first`` starts a new chain (a fresh submission). Its number."""
+        attempts = [] if first else self.load()
+        number = len(attempts) + 1
+        attempts.append(
+            {
+                "attempt": number,
+                "app_handle": app_handle,
+                "submitted_at": time.time(),
+                "resumed_from": resumed_from,
+            }
+        )
+        self._save(attempts)
+        return number
+
+    def ended(self, app_handle: str, state: str, reason: str | None) -> dict[str, Any]:
+        """Record how ``app_handle`` ended (an attempt this record lacks is added: an earlier try's)."""
+        attempts = self.load()
+        mine = next((a for a in attempts if a.get("app_handle") == app_handle), None)
+        if mine is None:
+            mine = {"attempt": len(attempts) + 1, "app_handle": app_handle, "submitted_at": None}
+            attempts.append(mine)
+        now = time.time()
+        submitted = mine.get("submitted_at")
+        mine.update(
+            state=state,
+            reason=reason,
+            ended_at=now,
+            elapsed_s=round(now - float(submitted), 3) if submitted else None,
+        )
+        self._save(attempts)
+        return mine
+
+    def resubmissions(self) -> int:
+        """How many times the chain's job was resubmitted so far."""
+        return max(0, len(self.load()) - 1)
+
+    def summary(self, app_handle: str, state: str | None) -> list[dict[str, Any]]:
+        """Every attempt, the last (``app_handle``) with its current ``state``; for the task's result."""
+        attempts = self.load()
+        if not attempts or attempts[-1].get("app_handle") != app_handle:
+            attempts.append({"attempt": len(attempts) + 1, "app_handle": app_handle})
+        attempts[-1].setdefault("state", state)
+        if state is not None:
+            attempts[-1]["state"] = state
+        return attempts
+
+
+def checkpoint_of(store: TrackerBase | None, app_handle: str, name: str, task_log: Any) -> str | None:
+    """The path of artifact ``name`` the ended job recorded in ``store``; None without one."""
+    if store is None:
+        return None
+    try:
+        artifact = store.artifacts(app_handle).get(name)
+    except Exception as e:  # a store that cannot answer costs the resume, never the resubmission
+        task_log.warning(
+            "Could not read artifact %r of %s from %r (%s: %s): the job restarts from scratch",
+            name,
+            app_handle,
+            store,
+            type(e).__name__,
+            e,
+        )
+        return None
+    return str(artifact.path) if artifact is not None and artifact.path else None
+
+
+def with_resume_env(app: AppDef, attempt: int, resume_from: str | None) -> AppDef:
+    """A copy of ``app`` whose every role has the attempt's resume variables in its env."""
+    import copy
+
+    env: Mapping[str, str] = {ATTEMPT_ENV: str(attempt)}
+    if resume_from:
+        env = {**env, RESUME_FROM_ENV: resume_from}
+    resumed = copy.deepcopy(app)
+    for role in resumed.roles:
+        role.env = {**role.env, **env}
+    return resumed
+
+
+@dataclass(frozen=True)
+class NextAttempt:
+    """What the next job of a chain gets: its number, the checkpoint it resumes from, and why."""
+
+    number: int
+    resume_from: str | None
+    reason: str
+    checkpoint_artifact: str
+
+
+class Resubmission:
+    """One task's policy for jobs the infrastructure ended: the budget, the attempts, the resume.
+
+    :param store: the task's ``task_state_store`` (None: attempts are kept in memory only).
+    :param budget: resubmissions allowed (``infrastructure_retries``).
+    :param checkpoint_artifact: the artifact whose path the next job resumes from.
+    :param tracker_store: the task's first tracker store, where the job records that artifact.
+    :param task_log: the task's logger.
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        budget: int,
+        checkpoint_artifact: str,
+        tracker_store: TrackerBase | None,
+        task_log: Any,
+    ) -> None:
+        self.attempts = Attempts(store)
+        self.budget = budget
+        self.checkpoint_artifact = checkpoint_artifact
+        self.tracker_store = tracker_store
+        self.log = task_log
+
+    def next_attempt(self, app_handle: str, state: str, reason: str) -> NextAttempt | None:
+        """Record that the infrastructure ended ``app_handle``; the next attempt, or None when the
+        budget is used up (the task then fails with this job's state)."""
+        ended = self.attempts.ended(app_handle, state, reason)
+        used = self.attempts.resubmissions()
+        if used >= self.budget:
+            self.log.error(
+                "TorchX app %s ended %s (%s: the infrastructure's doing, not the app's), but the task's "
+                "%d resubmission(s) for such ends are used up (infrastructure_retries=%d): the task "
+                "fails with it. Raise infrastructure_retries (task, connection extra or [torchx]) to "
+                "resubmit more often.",
+                app_handle,
+                state,
+                reason,
+                used,
+                self.budget,
+            )
+            return None
+        checkpoint = checkpoint_of(self.tracker_store, app_handle, self.checkpoint_artifact, self.log)
+        resume_from = checkpoint or ended.get("resumed_from")
+        number = int(ended.get("attempt") or len(self.attempts.load())) + 1
+        self.log.warning(
+            "TorchX app %s ended %s (%s): the infrastructure ended it, not the app. Resubmitting it in "
+            "this try (attempt %d; resubmission %d of %d, the task's retries untouched), %s",
+            app_handle,
+            state,
+            reason,
+            number,
+            used + 1,
+            self.budget,
+            f"resuming from {resume_from}"
+            if resume_from
+            else f"from the start: it recorded no {self.checkpoint_artifact!r} artifact",
+        )
+        return NextAttempt(number, resume_from, reason, self.checkpoint_artifact)
+
+    def link(
+        self, stores: Iterable[TrackerBase], new_handle: str, previous: str, attempt: NextAttempt
+    ) -> None:
+        """Lineage: the new job's run has the ended one as its source (through its checkpoint when
+        it resumes from one). A store that fails costs a warning, never the running job."""
+        from torchx_airflow.dag_lineage import record_source
+
+        artifact = attempt.checkpoint_artifact if attempt.resume_from else None
+        for store in stores:
+            record_source(store, new_handle, previous, artifact)
