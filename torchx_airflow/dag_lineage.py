@@ -31,6 +31,10 @@ METADATA_PREFIX = "airflow_"
 AIRFLOW_IDENTITY_KEYS = {
     name: f"{METADATA_PREFIX}{name}" for name in ("dag_id", "run_id", "task_id", "map_index")
 }
+#: Recorded on the jobs of a task that resubmitted one (``torchx_airflow.resubmission``): which
+#: attempt a run is, and on an ended one, the infrastructure's reason (``NODE_FAIL``).
+ATTEMPT_KEY = f"{METADATA_PREFIX}attempt"
+ENDED_BY_KEY = f"{METADATA_PREFIX}attempt_ended_by"
 
 
 def airflow_metadata(context: Context) -> dict[str, Any]:
@@ -115,13 +119,22 @@ def _attempt(what: str, store: TrackerBase, fn: Any) -> bool:
         return False
 
 
-def record_source(store: TrackerBase, run_id: str, source_id: str, artifact_name: str | None = None) -> bool:
-    """One lineage edge ``run_id <- source_id`` (through ``artifact_name``) under the tracker-write
-    policy; False (and a warning) when the store kept failing."""
-    return _attempt(
-        f"record {run_id} <- {source_id}",
+def record_attempt(
+    store: TrackerBase, run_id: str, attempt: int, previous: str, reason: str, artifact_name: str | None
+) -> None:
+    """Lineage of a resubmitted job: ``run_id`` (attempt ``attempt``) has the ``previous`` job as its
+    source (through its checkpoint ``artifact_name``), and each run says which attempt it is, the
+    previous one also what ended it. A store that keeps failing costs a warning (``_attempt``)."""
+    _attempt(
+        f"record {run_id} <- {previous}", store, lambda: store.add_source(run_id, previous, artifact_name)
+    )
+    _attempt(
+        f"record the attempts of {run_id}",
         store,
-        lambda: store.add_source(run_id, source_id, artifact_name),
+        lambda: store.add_metadata(previous, **{ATTEMPT_KEY: attempt - 1, ENDED_BY_KEY: reason}),
+    )
+    _attempt(
+        f"record the attempt of {run_id}", store, lambda: store.add_metadata(run_id, **{ATTEMPT_KEY: attempt})
     )
 
 

@@ -156,6 +156,8 @@ def _facet_classes() -> tuple[type, type]:
             message: str = ""
             structuredError: str = ""  # noqa: N815
             sources: list[str] = attr.Factory(list)
+            # every job the task ran for this run, the infrastructure's ends resubmitted
+            attempts: list[dict[str, Any]] = attr.Factory(list)
 
             @staticmethod
             def _get_schema() -> str:
@@ -179,7 +181,12 @@ def app_job_facets(app: AppDef, scheduler: str | None) -> dict[str, Any]:
 
 
 def run_facets(
-    app_handle: str, state: str, message: str = "", structured_error: str = "", sources: Sequence[str] = ()
+    app_handle: str,
+    state: str,
+    message: str = "",
+    structured_error: str = "",
+    sources: Sequence[str] = (),
+    attempts: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """Run facets of one TorchX run: ``torchx_run`` and the standard ``externalQuery``."""
     from openlineage.client.facet_v2 import external_query_run
@@ -193,6 +200,7 @@ def run_facets(
             message=message,
             structuredError=structured_error,
             sources=sorted(sources),
+            attempts=[dict(a) for a in attempts],
         ),
         "externalQuery": external_query_run.ExternalQueryRunFacet(
             externalQueryId=app_handle, source=namespace[0] if namespace else app_handle
@@ -337,6 +345,7 @@ def lineage_on_end(
             str(outcome.get("msg") or ""),
             str(outcome.get("structured_error_msg") or ""),
             outcome.get("sources") or [],
+            outcome.get("attempts") or [],
         )
     job_facets = app_job_facets(app, scheduler) if app is not None else {}
     return OperatorLineage(inputs=inputs, outputs=outputs, run_facets=facets, job_facets=job_facets)

@@ -255,8 +255,8 @@ class Resubmission:
     ) -> None:
         """Lineage: the new job's run has the ended one as its source (through its checkpoint when
         it resumes from one). A store that fails costs a warning, never the running job."""
-        from torchx_airflow.dag_lineage import record_source
+        from torchx_airflow.dag_lineage import record_attempt
 
         artifact = attempt.checkpoint_artifact if attempt.resume_from else None
         for store in stores:
-            record_source(store, new_handle, previous, artifact)
+            record_attempt(store, new_handle, attempt.number, previous, attempt.reason, artifact)

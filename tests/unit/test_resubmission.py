@@ -40,6 +40,7 @@ class CheckpointStore:
     def __init__(self, has_checkpoint: bool = True) -> None:
         self.has_checkpoint = has_checkpoint
         self.edges: list[tuple[str, str, str | None]] = []
+        self.metadata: dict[str, dict[str, Any]] = {}
 
     def artifacts(self, run_id: str) -> dict[str, Any]:
         if not self.has_checkpoint:
@@ -48,6 +49,9 @@ class CheckpointStore:
 
     def add_source(self, run_id: str, source_id: str, artifact_name: str | None = None) -> None:
         self.edges.append((run_id, source_id, artifact_name))
+
+    def add_metadata(self, run_id: str, **kv: Any) -> None:
+        self.metadata.setdefault(run_id, {}).update(kv)
 
 
 class FakeTrackers:
@@ -106,6 +110,10 @@ def test_a_job_the_infrastructure_ended_runs_again_in_the_same_try_from_its_chec
     assert attempts[0]["reason"] == reason and attempts[0]["elapsed_s"] >= 0
     assert attempts[1]["resumed_from"] == "/ckpt/4242"
     assert tracker.edges == [(SECOND, HANDLE, "checkpoint")]  # lineage: attempt 2 <- attempt 1
+    assert tracker.metadata == {
+        HANDLE: {"airflow_attempt": 1, "airflow_attempt_ended_by": reason},
+        SECOND: {"airflow_attempt": 2},
+    }
 
 
 @pytest.mark.parametrize("ended", [EXIT_1, TIMEOUT, OOM], ids=["exit_1", "timeout", "oom"])
@@ -229,3 +237,33 @@ def test_the_budget_comes_from_the_task_else_the_connection_else_the_site(monkey
 )
 def test_slurm_states_that_are_the_infrastructures(msg, states):
     assert infrastructure_states(msg) == states
+
+
+def test_the_lineage_view_draws_each_attempt_and_the_checkpoint_edge_between_them(tmp_path):
+    """Through a real fsspec store: what the operator records is what the view reads."""
+    from torchx_airflow.dag_lineage import record_attempt
+    from torchx_airflow.plugins.graph import AirflowTask, Seed, build_graph
+    from torchx_airflow.plugins.render import render_svg
+    from torchx_airflow_tracker.fsspec_store import FsspecStore
+
+    store = FsspecStore(str(tmp_path))
+    identity = {
+        "airflow_dag_id": "d",
+        "airflow_run_id": "r",
+        "airflow_task_id": "train",
+        "airflow_map_index": -1,
+    }
+    for handle in (HANDLE, SECOND):
+        store.add_metadata(handle, **identity)
+    store.add_artifact(HANDLE, "checkpoint", "/ckpt/4242", {"epoch": 3})
+    record_attempt(store, SECOND, 2, HANDLE, "NODE_FAIL", "checkpoint")
+
+    graph = build_graph([(store, [Seed(SECOND, AirflowTask("d", "r", "train"), "SUCCEEDED")])], depth=2)
+    runs = {run["id"]: run for run in graph.to_dict()["runs"]}
+    assert runs[HANDLE]["label"] == "train · attempt 1" and runs[HANDLE]["state"] == "NODE_FAIL"
+    assert runs[SECOND]["label"] == "train · attempt 2" and runs[SECOND]["state"] == "SUCCEEDED"
+    assert graph.to_dict()["edges"] == [
+        {"source": HANDLE, "target": SECOND, "artifact_names": ["checkpoint"]}
+    ]
+    svg = render_svg(graph)
+    assert "train · attempt 1" in svg and "NODE_FAIL" in svg

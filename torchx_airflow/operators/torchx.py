@@ -430,6 +430,9 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
 
         app, scheduler, hook, store = self._lineage_inputs()
         outcome = openlineage.run_outcome(self._app_handle, self._result, self._status, hook, app, store)
+        resubmission = self.__dict__.get("_resubmission_of")
+        if resubmission is not None and self._app_handle and "attempts" not in outcome:  # a failed run
+            outcome["attempts"] = resubmission.attempts.summary(self._app_handle, outcome.get("state"))
         parents = openlineage.lineage_parents(outcome, store, task_instance, self)
         return openlineage.lineage_on_end(app, scheduler, outcome, parents, store, produced)
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.apps import AIRFLOW_RUN_SCHEME, AppHandle
-from torchx_airflow.dag_lineage import AIRFLOW_IDENTITY_KEYS
+from torchx_airflow.dag_lineage import AIRFLOW_IDENTITY_KEYS, ATTEMPT_KEY, ENDED_BY_KEY
 from torchx_airflow.plugins.walk import Walk, parallel_map
 
 if TYPE_CHECKING:
@@ -47,10 +47,13 @@ class AirflowTask:
     task_id: str
     map_index: int = -1
     state: str | None = None  # the task instance's state; None when not known or not readable
+    attempt: int | None = None  # which job of the task this run is, once the task resubmitted one
+    ended_by: str | None = None  # the infrastructure's end that made the task resubmit it (NODE_FAIL)
 
     @property
     def label(self) -> str:
-        return self.task_id if self.map_index < 0 else f"{self.task_id} [{self.map_index}]"
+        label = self.task_id if self.map_index < 0 else f"{self.task_id} [{self.map_index}]"
+        return label if self.attempt is None else f"{label} · attempt {self.attempt}"
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form, as the lineage endpoint answers it."""
@@ -60,6 +63,8 @@ class AirflowTask:
             "task_id": self.task_id,
             "map_index": self.map_index,
             "state": self.state,
+            "attempt": self.attempt,
+            "ended_by": self.ended_by,
         }
 
 
@@ -122,8 +127,13 @@ class RunNode:
 
     @property
     def state(self) -> str | None:
-        """The app's final state when known, else the task instance's state."""
-        return self.app_state or (self.task.state if self.task else None)
+        """The app's final state when known, else how the infrastructure ended it (a job the task
+        resubmitted), else the task instance's state."""
+        if self.app_state:
+            return self.app_state
+        if self.task is not None and self.task.ended_by:
+            return self.task.ended_by
+        return self.task.state if self.task else None
 
     @property
     def label(self) -> str:
@@ -260,12 +270,15 @@ def _airflow_task(metadata: Mapping[str, object]) -> AirflowTask | None:
     values = {key: metadata.get(name) for key, name in AIRFLOW_IDENTITY_KEYS.items()}
     if not all(isinstance(values[key], str) and values[key] for key in ("dag_id", "run_id", "task_id")):
         return None
-    map_index = values["map_index"]
+    map_index, attempt = values["map_index"], metadata.get(ATTEMPT_KEY)
+    ended_by = metadata.get(ENDED_BY_KEY)
     return AirflowTask(
         dag_id=str(values["dag_id"]),
         run_id=str(values["run_id"]),
         task_id=str(values["task_id"]),
         map_index=map_index if isinstance(map_index, int) else -1,
+        attempt=attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else None,
+        ended_by=ended_by if isinstance(ended_by, str) and ended_by else None,
     )
 
 
@@ -314,7 +327,12 @@ def build_graph(
 
 def _mark_seed(node: RunNode, seed: Seed) -> None:
     node.in_dag_run, node.distance = True, 0
+    recorded = node.task
     node.task = seed.task or node.task
+    if node.task is not None and recorded is not None and node.task is not recorded:
+        # what Airflow knows (state) with what the store recorded (which attempt)
+        node.task.attempt = node.task.attempt or recorded.attempt
+        node.task.ended_by = node.task.ended_by or recorded.ended_by
     node.app_state = seed.app_state
     node.links.update(seed.links)
 
