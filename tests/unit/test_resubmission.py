@@ -241,10 +241,11 @@ def test_slurm_states_that_are_the_infrastructures(msg, states):
 
 def test_the_lineage_view_draws_each_attempt_and_the_checkpoint_edge_between_them(tmp_path):
     """Through a real fsspec store: what the operator records is what the view reads."""
+    from torchx_airflow_tracker.fsspec_store import FsspecStore
+
     from torchx_airflow.dag_lineage import record_attempt
     from torchx_airflow.plugins.graph import AirflowTask, Seed, build_graph
     from torchx_airflow.plugins.render import render_svg
-    from torchx_airflow_tracker.fsspec_store import FsspecStore
 
     store = FsspecStore(str(tmp_path))
     identity = {

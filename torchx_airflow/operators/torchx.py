@@ -197,6 +197,8 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
 
     def _submit(self, app: AppDef, context: Context) -> str:
         dryrun, _ = self.dryrun(app)
+        if self._resubmission(context).budget > 0:  # the task resubmits, resuming: not the scheduler
+            self.hook.support(dryrun.scheduler).leave_resubmission_to_task(dryrun.info)
         self.trackers.check_within(self.tracker_timeout, f"Task {self.task_id!r}")
         app_handle = self._durable(context).submit(dryrun)
         self._submitted_here = True

@@ -113,6 +113,11 @@ class SchedulerSupport:
         """
         return None
 
+    def leave_resubmission_to_task(self, dryrun_info: AppDryRunInfo) -> None:
+        """Keep the scheduler from restarting the job itself after an infrastructure end, so that it
+        ends and the task resubmits it with what resumes it (``torchx_airflow.resubmission``). The
+        default leaves the request as it is."""
+
     def submitted(self, app_id: str, dryrun_info: AppDryRunInfo) -> None:
         """Called after ``dryrun_info`` was submitted as ``app_id``: remember what later calls need."""
 

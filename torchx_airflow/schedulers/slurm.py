@@ -375,6 +375,15 @@ class SlurmSupport(SchedulerSupport):
                 self._workdirs[row.app_id] = row.workdir
         return by_app
 
+    def leave_resubmission_to_task(self, dryrun_info: AppDryRunInfo) -> None:
+        """``--no-requeue`` instead of TorchX's ``--requeue``: Slurm would otherwise put a job whose
+        node failed or that was preempted back in the queue under the same id, to start over without
+        knowing its checkpoint; the job ends (``NODE_FAIL``, ``PREEMPTED``) and the task resubmits
+        it with ``TORCHX_AIRFLOW_RESUME_FROM``."""
+        for replica in dryrun_info.request.replicas.values():
+            replica.sbatch_opts.pop("requeue", None)
+            replica.sbatch_opts["no-requeue"] = None
+
     def infrastructure_reason(self, state: str, msg: str) -> str | None:
         """The Slurm state that ended the app for the cluster's reasons (``NODE_FAIL``,
         ``PREEMPTED``, ``BOOT_FAIL``), when one of its allocations has it. The others' states

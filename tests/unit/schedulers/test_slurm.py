@@ -286,3 +286,19 @@ def test_slurm_with_controller_and_accounting_down_raises(monkeypatch):
     dbd_down = (1, "", "sacct: error: Problem talking to the database: Connection refused")
     with pytest.raises(RuntimeError, match="sacct failed"):
         _statuses(monkeypatch, {"scontrol": ctld_down, "sacct": dbd_down, "squeue": ctld_down})
+
+
+def test_slurm_leaves_an_infrastructure_end_to_the_task_instead_of_requeueing_the_job():
+    """TorchX asks sbatch to --requeue: Slurm would restart the job under the same id, from scratch.
+    When the task resubmits (infrastructure_retries > 0) the job gets --no-requeue instead."""
+    from torchx_airflow.apps import build_app_from_component
+
+    hook = TorchXHook(scheduler="slurm")
+    app = build_app_from_component("dist.ddp", ["-j", "2x1", "--script", "train.py"])
+    info = hook.dryrun(app).info
+    assert "--requeue" in info.request.materialize()  # TorchX's own choice
+    hook.support("slurm").leave_resubmission_to_task(info)
+    script = info.request.materialize()
+    assert "--requeue" not in script
+    assert script.count("--no-requeue") == 2  # every heterogeneous component (replica)
+    hook.close()
