@@ -22,8 +22,7 @@ TRAIN = str(REPO / "dags" / "jobs" / "train.py")
 COUNTER = str(Path(__file__).resolve().parent / "jobs" / "counter.py")
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 TRAIN_ARGS = [
-    "-j", "1x1", "--cpu", "2", "--name", "{{ dag_run.conf['name'] }}",
-    "--script", TRAIN, "--",
+    "-j", "1x1", "--cpu", "2", "--script", TRAIN, "--",
     "--data", "{{ dag_run.conf['data'] }}",
     "--lr", "0.2",
     "--epochs", "{{ dag_run.conf.get('epochs', 8) }}",
