@@ -64,21 +64,33 @@ with DAG(
         component_args=["--script", str(JOBS / "prepare.py"), "--", "--out", f"{RUN_DIR}/prepare"],
         **ON_SLURM,
     )
+    # --8<-- [start:train]
     train = TorchXOperator(
         task_id="train",
         component="dist.ddp",
         component_args=[
-            "-j", "{{ params.nodes }}x1", "--cpu", "2",
-            "--script", str(JOBS / "train.py"), "--",
-            "--data", "{{ ti.xcom_pull(task_ids='prepare')['artifacts']['data']['path'] }}",
-            "--lr", "0.2",
-            "--epochs", "{{ params.epochs }}",
-            "--epoch-seconds", "{{ params.epoch_seconds }}",
-            "--out", f"{RUN_DIR}/train",
+            "-j",
+            "{{ params.nodes }}x1",
+            "--cpu",
+            "2",
+            "--script",
+            str(JOBS / "train.py"),
+            "--",
+            "--data",
+            "{{ ti.xcom_pull(task_ids='prepare')['artifacts']['data']['path'] }}",
+            "--lr",
+            "0.2",
+            "--epochs",
+            "{{ params.epochs }}",
+            "--epoch-seconds",
+            "{{ params.epoch_seconds }}",
+            "--out",
+            f"{RUN_DIR}/train",
         ],  # fmt: skip
         retries=0,  # a node failure or a preemption is not a retry: see infrastructure_retries
         infrastructure_retries=3,
         checkpoint_artifact="checkpoint",  # what train.py records every epoch (the default name)
         **ON_SLURM,
     )
+    # --8<-- [end:train]
     prepare >> train

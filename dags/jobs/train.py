@@ -62,6 +62,7 @@ def device_and_backend() -> tuple[torch.device, str]:
     return torch.device("cpu"), "gloo"
 
 
+# --8<-- [start:resume]
 def resume(model: DistributedDataParallel, optimizer: torch.optim.Optimizer, rank: int) -> int:
     """The first epoch to train: 1, or the one after the checkpoint in ``TORCHX_AIRFLOW_RESUME_FROM``
     (model and optimizer state loaded from it on every rank)."""
@@ -77,6 +78,10 @@ def resume(model: DistributedDataParallel, optimizer: torch.optim.Optimizer, ran
     return int(state["epoch"]) + 1
 
 
+# --8<-- [end:resume]
+
+
+# --8<-- [start:checkpoint]
 def save_checkpoint(
     run: AppRun, model: DistributedDataParallel, optimizer: torch.optim.Optimizer, epoch: int, out: Path
 ) -> None:
@@ -89,6 +94,9 @@ def save_checkpoint(
     )
     os.replace(partial, path)
     run.add_artifact("checkpoint", str(path), {"epoch": epoch})
+
+
+# --8<-- [end:checkpoint]
 
 
 def main() -> None:

@@ -1,0 +1,192 @@
+"""Jobs the cluster ends are resubmitted by the task, resumed from their checkpoint, without a retry.
+
+On a private multi-node cluster (two slurmd in network namespaces, partitions ``multi`` and
+``urgent`` that preempts it; ``scripts/slurm/cluster.sh up --private --multinode``), the example
+training (dags/jobs/train.py: a checkpoint every epoch) runs through ``TorchXOperator`` with
+``retries=0`` (tests/dags/torchx_resubmit_dags.py):
+
+- the node of a running job is taken down (``scontrol update ... state=down``): the job ends
+  ``NODE_FAIL``, the task (deferred: the real triggerer) submits it again, the new job runs on the
+  other node from the last checkpoint, the task succeeds on its first try; two jobs in ``sacct``;
+- a higher-priority job preempts a running one (waiting in the worker): the same, ``PREEMPTED``;
+- a job that exits 1, and one that hits its time limit, fail the task with one job each.
+
+Each test prints its figures (attempts, epochs resumed from, seconds lost) for docs/failure-behaviour.md.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from torchx_airflow_tracker.fsspec_store import FsspecStore
+
+from tests.polling import wait_until
+from tests.slurm.conftest import REPO
+from tests.slurm.private_cluster import PrivateSlurm, private_slurm
+from tests.stack import AirflowStack
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
+JOB = "train-0"  # the Slurm job name of dist.ddp's one replica of train.py
+
+
+@pytest.fixture(scope="module")
+def cluster(slurm_cluster):
+    with private_slurm("full", multinode=True) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def stack(cluster, tmp_path_factory):
+    home = tmp_path_factory.mktemp("resubmit-airflow")
+    stack = AirflowStack(
+        home=home,
+        dags_folder=REPO / "tests" / "dags",
+        env_extra={
+            "SLURM_CONF": cluster.slurm_conf,
+            "AIRFLOW_CONN_TORCHX_MULTI": json.dumps(
+                {"conn_type": "torchx", "extra": {"scheduler": "slurm", "cfg": {"partition": "multi"}}}
+            ),
+            "AIRFLOW_CONN_RESUB_FS": json.dumps(
+                {"conn_type": "torchx_fsspec", "extra": {"root": str(home / "store")}}
+            ),
+            "AIRFLOW__CORE__PARALLELISM": "4",
+        },
+    )
+    with stack.running():
+        yield stack
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> str:
+    out = tmp_path_factory.mktemp("resubmit-data")
+    subprocess.run(
+        [sys.executable, str(REPO / "dags" / "jobs" / "prepare.py"), "--out", str(out), "--rows", "200"],
+        check=True,
+        capture_output=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    return str(out / "data.csv")
+
+
+def jobs(cluster: PrivateSlurm, name: str, since: str) -> list[dict[str, str]]:
+    """The cluster's jobs named ``name`` submitted since ``since``: id, state, nodes, exit code."""
+    out = cluster.run(
+        ["sacct", "-X", "-n", "-P", "-S", since, "--name", name, "-o", "JobID,State,NodeList,ExitCode"]
+    ).stdout
+    keys = ("id", "state", "nodes", "exit_code")
+    return [dict(zip(keys, line.split("|"), strict=False)) for line in out.splitlines() if line.strip()]
+
+
+def checkpoint_epoch(store_root: Path, handle: str) -> int:
+    artifact = FsspecStore(str(store_root)).artifacts(handle).get("checkpoint")
+    return int((artifact.metadata or {}).get("epoch", 0)) if artifact is not None else 0
+
+
+def running_with_checkpoint(stack: AirflowStack, dag_id: str, run_id: str, epoch: int) -> tuple[str, str]:
+    """``(app_handle, node)`` once the task's job runs and recorded a checkpoint of ``epoch`` or later."""
+
+    def ready() -> tuple[str, str] | None:
+        handle = stack.xcom(dag_id, run_id, "train", "app_handle")
+        if not handle or checkpoint_epoch(stack.home / "store", handle) < epoch:
+            return None
+        return handle, handle.rsplit("/", 1)[1]
+
+    handle, job_id = wait_until(
+        ready, f"a checkpoint of epoch {epoch} from {dag_id}", timeout=300, interval=1
+    )
+    return handle, job_id
+
+
+def node_of(cluster: PrivateSlurm, job_id: str) -> str:
+    return cluster.run(["squeue", "-h", "-j", job_id, "-o", "%N"]).stdout.strip()
+
+
+def check_resumed(
+    stack: AirflowStack,
+    cluster: PrivateSlurm,
+    dag_id: str,
+    run_id: str,
+    since: str,
+    first_node: str,
+    ended: str,
+) -> dict[str, object]:
+    """The task succeeded on try 1 with two jobs: the first ended ``ended`` on ``first_node``, the
+    second completed elsewhere resuming from the first's checkpoint. Returns the figures."""
+    assert stack.wait_run(dag_id, run_id, timeout=600) == "success"
+    assert stack.ti(dag_id, run_id, "train")["try_number"] == 1  # no Airflow retry was involved
+    rows = jobs(cluster, JOB, since)
+    assert [r["state"].split()[0] for r in rows] == [ended, "COMPLETED"], rows
+    assert rows[0]["nodes"] == first_node and rows[1]["nodes"] != first_node, rows
+    result = stack.xcom(dag_id, run_id, "train", "return_value")
+    attempts = result["attempts"]
+    assert [(a["attempt"], a["app_handle"].rsplit("/", 1)[1]) for a in attempts] == [
+        (1, rows[0]["id"]),
+        (2, rows[1]["id"]),
+    ]
+    assert attempts[0]["reason"] == ended and attempts[1]["state"] == "SUCCEEDED"
+    assert attempts[1]["resumed_from"].endswith("checkpoint.pt")
+    log = stack.log(dag_id, run_id, "train", 1)
+    resumed = re.search(r"attempt 2: resuming from epoch (\d+) of (\S+)", log)
+    assert resumed, log[-3000:]
+    trained_before = max(int(e) for e in re.findall(r"epoch (\d+)/\d+ lr=", log.split("attempt 2:")[0]))
+    assert "epoch 1/" not in log.split("attempt 2:")[1]  # the second job did not start over
+    figures = {
+        "attempts": len(attempts),
+        "resumed_from_epoch": int(resumed.group(1)),
+        "epochs_trained_by_the_first_job": trained_before,
+        "epochs_lost": trained_before - int(resumed.group(1)),
+        "seconds_first_job": attempts[0]["elapsed_s"],
+    }
+    print(f"\n{dag_id} {ended}: {figures}")
+    return figures
+
+
+def since_now(cluster: PrivateSlurm) -> str:
+    time.sleep(1)  # sacct's -S has second resolution
+    return time.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def test_jobs_that_fail_for_their_own_reasons_are_not_resubmitted(stack, cluster):
+    since = since_now(cluster)
+    exit_1 = stack.trigger("resubmit_user_failure", {"name": "exits1", "exit_code": 1, "seconds": 2})
+    timeout = stack.trigger("resubmit_user_failure", {"name": "timesout", "seconds": 150, "time": "1"})
+    for run_id, name, state in ((exit_1, "exits1", "FAILED"), (timeout, "timesout", "TIMEOUT")):
+        assert stack.wait_run("resubmit_user_failure", run_id, timeout=400) == "failed"
+        assert [r["state"] for r in jobs(cluster, f"{name}-0", since)] == [state]
+        log = stack.log("resubmit_user_failure", run_id, "run", 1)
+        assert "Resubmitting" not in log and state in log
+
+
+def test_a_failed_node_costs_no_retry_and_the_job_resumes_on_the_other_node(stack, cluster, data, tmp_path):
+    dag_id = "resubmit_train_deferred"
+    since = since_now(cluster)
+    run_id = stack.trigger(dag_id, {"data": data, "out": str(tmp_path), "epochs": 10, "epoch_seconds": 3})
+    _, job_id = running_with_checkpoint(stack, dag_id, run_id, epoch=3)
+    node = node_of(cluster, job_id)
+    cluster.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=test-node-failure"])
+    try:
+        check_resumed(stack, cluster, dag_id, run_id, since, node, "NODE_FAIL")
+    finally:
+        cluster.run(["scontrol", "update", f"nodename={node}", "state=resume"], check=False)
+
+
+def test_a_preempted_job_costs_no_retry_and_resumes_once_the_urgent_job_is_done(
+    stack, cluster, data, tmp_path
+):
+    dag_id = "resubmit_train_sync"
+    since = since_now(cluster)
+    run_id = stack.trigger(dag_id, {"data": data, "out": str(tmp_path), "epochs": 10, "epoch_seconds": 3})
+    _, job_id = running_with_checkpoint(stack, dag_id, run_id, epoch=3)
+    node = node_of(cluster, job_id)
+    # every CPU of both nodes, in the partition that preempts `multi`
+    urgent = cluster.run(
+        ["sbatch", "--parsable", "-p", "urgent", "-N", "2", "-c", "2", "-J", "urgent", "--wrap", "sleep 15"]
+    ).stdout.strip()
+    check_resumed(stack, cluster, dag_id, run_id, since, node, "PREEMPTED")
+    assert [r["state"] for r in jobs(cluster, "urgent", since)] == ["COMPLETED"], urgent
