@@ -33,6 +33,7 @@ from tests.stack import AirflowStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
 JOB = "train-0"  # the Slurm job name of dist.ddp's one replica of train.py
+JOB_OF_USER_FAILURE = "python-0"  # utils.python's
 
 
 @pytest.fixture(scope="module")
@@ -154,13 +155,18 @@ def since_now(cluster: PrivateSlurm) -> str:
 
 def test_jobs_that_fail_for_their_own_reasons_are_not_resubmitted(stack, cluster):
     since = since_now(cluster)
-    exit_1 = stack.trigger("resubmit_user_failure", {"name": "exits1", "exit_code": 1, "seconds": 2})
-    timeout = stack.trigger("resubmit_user_failure", {"name": "timesout", "seconds": 150, "time": "1"})
-    for run_id, name, state in ((exit_1, "exits1", "FAILED"), (timeout, "timesout", "TIMEOUT")):
+    exit_1 = stack.trigger("resubmit_user_failure", {"exit_code": 1, "seconds": 2})
+    timeout = stack.trigger("resubmit_user_failure", {"seconds": 150, "time": "1"})
+    for run_id, state in ((exit_1, "FAILED"), (timeout, "TIMEOUT")):
         assert stack.wait_run("resubmit_user_failure", run_id, timeout=400) == "failed"
-        assert [r["state"] for r in jobs(cluster, f"{name}-0", since)] == [state]
         log = stack.log("resubmit_user_failure", run_id, "run", 1)
+        assert "--no-requeue" in log  # the request as submitted: Slurm leaves infrastructure ends to the task
+        handle = stack.xcom("resubmit_user_failure", run_id, "run", "app_handle")
+        assert [
+            r["state"] for r in jobs(cluster, JOB_OF_USER_FAILURE, since) if handle.endswith(f"/{r['id']}")
+        ] == [state], log[-3000:]
         assert "Resubmitting" not in log and state in log
+    assert len(jobs(cluster, JOB_OF_USER_FAILURE, since)) == 2  # one job each, none resubmitted
 
 
 def test_a_failed_node_costs_no_retry_and_the_job_resumes_on_the_other_node(stack, cluster, data, tmp_path):

@@ -44,11 +44,6 @@ class FakeSchedulerHook:
     def cancel(self, handle: str) -> None:
         self.cancelled.append(handle)
 
-    def support(self, scheduler: str) -> Any:
-        from torchx_airflow.schedulers.base import SchedulerSupport
-
-        return SchedulerSupport(scheduler, None)  # type: ignore[arg-type]
-
     def infrastructure_reason(self, handle: str, state: str, msg: str) -> str | None:
         from torchx_airflow.schedulers.slurm import SlurmSupport
 

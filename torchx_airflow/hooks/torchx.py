@@ -282,12 +282,15 @@ class TorchXHook(BaseHook):
         cfg: Mapping[str, Any] | None = None,
         parent_run_id: str | None = None,
         secret_env_names: Iterable[str] = (),
+        resubmits: bool = False,
     ) -> TorchXDryRun:
         """What would be submitted for ``app``; the hook's scheduler and cfg unless overridden.
 
         Role env values that are secrets (``secret_env_names``, names Airflow's masker treats as
         sensitive, values holding a masked secret) leave the request where the scheduler would write
         them down (Slurm's batch script); ``schedule`` hands them to the job another way.
+        ``resubmits``: the task submits the job again when the infrastructure ends it, so the
+        scheduler must not restart it itself (``SchedulerSupport.leave_resubmission_to_task``).
         """
         scheduler = scheduler or self.scheduler
         resolved = self.resolve_cfg(scheduler, self.cfg if cfg is None else cfg)
@@ -303,7 +306,10 @@ class TorchXHook(BaseHook):
         from torchx_airflow.schedulers.env import secret_env_names as find_secrets
 
         names = set().union(*(find_secrets(role.env, secret_env_names) for role in app.roles))
-        return TorchXDryRun(info, scheduler, self.support(scheduler).separate_secrets(info, names))
+        support = self.support(scheduler)
+        if resubmits:
+            support.leave_resubmission_to_task(info)
+        return TorchXDryRun(info, scheduler, support.separate_secrets(info, names))
 
     def apps_outlive_launcher(self, scheduler: str | None = None) -> bool:
         """Whether apps of ``scheduler`` (default: the hook's) can be waited on by another process."""

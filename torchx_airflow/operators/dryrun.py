@@ -166,11 +166,15 @@ class TorchXDryRunOperator(BaseOperator):
             extra_env=extra_env,
         )
 
-    def dryrun(self, app: AppDef) -> tuple[TorchXDryRun, dict[str, Any]]:
-        """Dry-run ``app`` through the hook; log the request and return it with its summary."""
+    def dryrun(self, app: AppDef, resubmits: bool = False) -> tuple[TorchXDryRun, dict[str, Any]]:
+        """Dry-run ``app`` through the hook; log the request and return it with its summary.
+
+        ``resubmits``: the task resubmits a job the infrastructure ends (``TorchXHook.dryrun``).
+        """
         scheduler = self.hook.scheduler
         cfg = self.hook.resolve_cfg(scheduler, self.hook.cfg)
-        dryrun = self.hook.dryrun(app, scheduler, cfg, secret_env_names=self.trackers.secret_env_names())
+        secrets = self.trackers.secret_env_names()
+        dryrun = self.hook.dryrun(app, scheduler, cfg, secret_env_names=secrets, resubmits=resubmits)
         summary = summarize_dryrun(dryrun.info, app, scheduler, cfg)
         summary["trackers"] = self.trackers.conn_ids
         self.log.info(

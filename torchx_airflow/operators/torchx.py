@@ -196,9 +196,8 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         return app_handle
 
     def _submit(self, app: AppDef, context: Context) -> str:
-        dryrun, _ = self.dryrun(app)
-        if self._resubmission(context).budget > 0:  # the task resubmits, resuming: not the scheduler
-            self.hook.support(dryrun.scheduler).leave_resubmission_to_task(dryrun.info)
+        # the task resubmits a job the infrastructure ended, resuming it: the scheduler must not
+        dryrun, _ = self.dryrun(app, resubmits=self._resubmission(context).budget > 0)
         self.trackers.check_within(self.tracker_timeout, f"Task {self.task_id!r}")
         app_handle = self._durable(context).submit(dryrun)
         self._submitted_here = True

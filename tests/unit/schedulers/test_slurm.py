@@ -295,10 +295,8 @@ def test_slurm_leaves_an_infrastructure_end_to_the_task_instead_of_requeueing_th
 
     hook = TorchXHook(scheduler="slurm")
     app = build_app_from_component("dist.ddp", ["-j", "2x1", "--script", "train.py"])
-    info = hook.dryrun(app).info
-    assert "--requeue" in info.request.materialize()  # TorchX's own choice
-    hook.support("slurm").leave_resubmission_to_task(info)
-    script = info.request.materialize()
+    assert "--requeue" in hook.dryrun(app).info.request.materialize()  # TorchX's own choice
+    script = hook.dryrun(app, resubmits=True).info.request.materialize()
     assert "--requeue" not in script
     assert script.count("--no-requeue") == 2  # every heterogeneous component (replica)
     hook.close()
