@@ -54,8 +54,6 @@ with _dag("resubmit_user_failure"):
         task_id="run",
         component="utils.python",
         component_args=[
-            "--name",
-            "{{ dag_run.conf['name'] }}",
             "--script",
             COUNTER,
             "--",
