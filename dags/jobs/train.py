@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 from pathlib import Path
 
 import torch
@@ -77,9 +78,14 @@ def main() -> None:
     )
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
 
+    host = socket.gethostname()  # the node: on a multi-node cluster each rank names its own
     run = AppRun.run_from_env()
-    run.add_metadata(**{f"rank{rank}_samples": len(sampler), "world_size": world, "backend": backend})
-    print(f"rank {rank}/{world}: {len(sampler)} samples, backend {backend}, device {device}", flush=True)
+    share = {f"rank{rank}_samples": len(sampler), f"rank{rank}_host": host}
+    run.add_metadata(**share, world_size=world, backend=backend)
+    print(
+        f"rank {rank}/{world}: {len(sampler)} samples, backend {backend}, device {device}, host {host}",
+        flush=True,
+    )
     metrics = mlflow_run(run.id) if rank == 0 else None
 
     for epoch in range(1, args.epochs + 1):
