@@ -14,9 +14,9 @@
 # SLOT is 0 for the shared cluster and the first free one of 1..250 for a private cluster (taken
 # under a lock by creating its uplink), so private clusters and the shared one coexist. Names:
 # netns CLUSTER-sw and CLUSTER-nI, nodes CLUSTER-nI, uplink txslurmSLOT (a link name: <= 15 chars).
-# Inside a node, ip netns exec bind-mounts /etc/netns/CLUSTER-nI/hosts over /etc/hosts: every node's
-# name and address and this host's name at the controller's address; the machine's /etc/hosts is
-# not changed. What was created is written to $STATE/run/nodes.env, which `down` reads.
+# Inside a node, /etc/netns/CLUSTER-nI/hosts is bound over /etc/hosts, as `ip netns exec` does (which
+# sees the same): every node's name and address and this host's name at the controller's address;
+# the machine's /etc/hosts is not changed. What was created is written to $STATE/run/nodes.env, which `down` reads.
 #
 # Inputs (set by cluster.sh): STATE, CLUSTER, HOST, PRIVATE; SLURM_NS_NODES (2), SLURM_NET_PREFIX
 # (10.213). Outputs of ns_up: NS_NODES (names), NS_ADDRS, CTLD_ADDR; NS_REASON when it fails.
