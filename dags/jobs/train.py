@@ -127,18 +127,12 @@ def main() -> None:
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     first_epoch = resume(model, optimizer, rank)
 
+    host = socket.gethostname()  # the node: on a multi-node cluster each rank names its own
     run = AppRun.run_from_env()
-    host = socket.gethostname()
-    run.add_metadata(
-        **{
-            f"rank{rank}_samples": len(sampler),
-            f"rank{rank}_host": host,
-            "world_size": world,
-            "backend": backend,
-        }
-    )
+    share = {f"rank{rank}_samples": len(sampler), f"rank{rank}_host": host}
+    run.add_metadata(**share, world_size=world, backend=backend)
     print(
-        f"rank {rank}/{world} on {host}: {len(sampler)} samples, backend {backend}, device {device}",
+        f"rank {rank}/{world}: {len(sampler)} samples, backend {backend}, device {device}, host {host}",
         flush=True,
     )
     metrics = mlflow_run(run.id) if rank == 0 else None

@@ -1,27 +1,38 @@
 #!/usr/bin/env bash
-# A single-node Slurm cluster with accounting, from Debian packages, for tests and local use.
+# A Slurm cluster with accounting, from Debian packages, for tests and local use: this host as node
+# one, alone in the default partition "debug", and two compute nodes in network namespaces
+# (scripts/slurm/nodes.sh) in the partitions "multi" (preemptible) and "urgent" (preempts "multi").
 #
 #   scripts/slurm/cluster.sh install   apt-get the packages (root; once per machine)
-#   scripts/slurm/cluster.sh up        start munge, MariaDB, slurmdbd, slurmctld, slurmd (root)
-#   scripts/slurm/cluster.sh down      stop them again
+#   scripts/slurm/cluster.sh up        start munge, MariaDB, slurmdbd, slurmctld, the slurmds (root)
+#   scripts/slurm/cluster.sh down      stop them again, remove the namespaces
 #   scripts/slurm/cluster.sh status    exit 0 when sinfo and sacct answer
+#
+# Where the namespaces cannot be made (ip netns add fails, iproute2 missing), `up` starts the one-node
+# cluster and says so: no "multi" or "urgent" partition, and the tests that need two nodes skip with
+# the reason written to $SLURM_STATE/multinode. `up --single-node` (or SLURM_MULTINODE=0) asks for
+# that fallback. SLURM_NS_NODES (2) namespace nodes; SLURM_NET_PREFIX (10.213) their /16.
 #
 # A private cluster beside it (tests that stop daemons or need another configuration use one, so the
 # shared cluster never changes): its own configs, state, pid files and ports, the same munge and
 # MariaDB (its own database). Every Slurm command then needs SLURM_CONF=$SLURM_STATE/etc/slurm.conf.
 #
 #   SLURM_STATE=/tmp/c SLURMCTLD_PORT=7817 SLURMD_PORT=7818 SLURMDBD_PORT=7819 \
-#     scripts/slurm/cluster.sh up --private [--no-accounting | --no-job-comment] [--cluster NAME]
+#     scripts/slurm/cluster.sh up --private [--no-accounting | --no-job-comment] [--cluster NAME] \
+#       [--multinode]
 #   SLURM_STATE=/tmp/c scripts/slurm/cluster.sh stop --private slurmctld slurmdbd   by pid file
 #   SLURM_STATE=/tmp/c scripts/slurm/cluster.sh start --private    what was stopped, again
 #   SLURM_STATE=/tmp/c scripts/slurm/cluster.sh down --private
 #
 # --no-accounting: no slurmdbd at all (AccountingStorageType unset, no sacct); --no-job-comment:
-# accounting as Slurm's default keeps it, without AccountingStoreFlags=job_comment.
+# accounting as Slurm's default keeps it, without AccountingStoreFlags=job_comment; --multinode: the
+# namespace nodes and their partitions too (a private cluster has only this host's node otherwise),
+# in network namespaces, a subnet and an uplink of its own.
 #
 # Everything this script writes lives under $SLURM_STATE (default /var/tmp/torchx-airflow-slurm):
-# configs, spool directories, logs, the MariaDB data directory and pid files. The cluster is one node
-# named after this host with all its CPUs and ~80% of its memory, in one default partition "debug".
+# configs, spool directories, logs, the MariaDB data directory and pid files; the namespaces add
+# /etc/netns/NODE/hosts per node and one link in the root namespace (nodes.sh). This host's node has
+# all its CPUs (at least 8) and ~80% of its memory; each namespace node 2 CPUs and 4 GB.
 set -euo pipefail
 
 STATE="${SLURM_STATE:-/var/tmp/torchx-airflow-slurm}"
@@ -29,6 +40,7 @@ ETC=/etc/slurm
 HOST="$(hostname -s)"
 PRIVATE=0
 ACCOUNTING=full   # full | none | no_job_comment
+MULTINODE=""      # 1: the namespace nodes (the shared cluster's default), 0: this host's node only
 COMMAND="${1:-}"
 [ $# -gt 0 ] && shift
 while [ $# -gt 0 ]; do
@@ -37,6 +49,8 @@ while [ $# -gt 0 ]; do
     --no-accounting) ACCOUNTING=none ;;
     --no-job-comment) ACCOUNTING=no_job_comment ;;
     --cluster) shift; CLUSTER_NAME="$1" ;;
+    --multinode) MULTINODE=1 ;;
+    --single-node) MULTINODE=1; export SLURM_MULTINODE=0 ;;
     *) break ;;
   esac
   shift
@@ -52,6 +66,10 @@ DB_NAME=slurm_acct_db
 [ "$PRIVATE" = 1 ] && DB_NAME="slurm_acct_$CLUSTER"
 DB_USER=slurm
 DB_PASS=slurmdbd-local
+[ -n "$MULTINODE" ] || MULTINODE=$((1 - PRIVATE))
+NS_ACTIVE=0
+# shellcheck source=scripts/slurm/nodes.sh
+. "$(dirname "$0")/nodes.sh"
 
 log() { echo "[slurm] $*"; }
 need_root() {
@@ -109,9 +127,12 @@ StoragePass=$DB_PASS
 StorageLoc=$DB_NAME
 CONF
   chmod 600 "$ETC/slurmdbd.conf"
+  local ctld_host="$HOST"
+  # the namespace nodes reach the controller at the uplink's address (this host's 127.0.0.1 is not theirs)
+  [ "$NS_ACTIVE" = 1 ] && ctld_host="$HOST($CTLD_ADDR)"
   cat > "$ETC/slurm.conf" <<CONF
 ClusterName=$CLUSTER
-SlurmctldHost=$HOST
+SlurmctldHost=$ctld_host
 AuthType=auth/munge
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -125,23 +146,64 @@ SlurmUser=root
 SlurmctldPort=${SLURMCTLD_PORT:-6817}
 SlurmdPort=${SLURMD_PORT:-6818}
 StateSaveLocation=$STATE/ctld
-SlurmdSpoolDir=$STATE/d
+# one slurmd per node on this machine: %n is the node's name
+SlurmdSpoolDir=$STATE/d/%n
 SlurmctldPidFile=$STATE/run/slurmctld.pid
-SlurmdPidFile=$STATE/run/slurmd.pid
+SlurmdPidFile=$STATE/run/slurmd-%n.pid
 SlurmctldLogFile=$STATE/log/slurmctld.log
-SlurmdLogFile=$STATE/log/slurmd.log
+SlurmdLogFile=$STATE/log/slurmd-%n.log
 $(accounting_config)
 JobAcctGatherType=jobacct_gather/linux
 JobCompType=jobcomp/none
-ReturnToService=2
+# a node set DOWN by hand (scontrol update nodename=N state=down reason=R) stays down until
+# state=resume (cluster.sh up resumes every node); one that stopped answering returns when its slurmd does
+ReturnToService=1
 MinJobAge=${SLURM_MIN_JOB_AGE:-300}
 KillWait=5
 InactiveLimit=0
 SchedulerType=sched/backfill
+# only the backfill scheduler starts heterogeneous jobs (TorchX submits one component per replica):
+# every 2 s rather than every 30 s
+SchedulerParameters=bf_interval=2
 MpiDefault=none
+# a job whose node fails ends NODE_FAIL unless it asked for --requeue (TorchX's Slurm scheduler puts
+# --requeue in every job: such a job is requeued under its id, its NODE_FAIL kept in sacct -D); a
+# job in a partition of a higher PriorityTier cancels the jobs whose nodes it needs ("urgent" over
+# "multi"), which end PREEMPTED, --requeue or not
+JobRequeue=0
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
 NodeName=$HOST CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
 PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+$(ns_config)
 CONF
+}
+
+ns_config() {  # the namespace nodes and their partitions, when they are up
+  [ "$NS_ACTIVE" = 1 ] || return 0
+  local i nodes
+  for i in "${!NS_NODES[@]}"; do
+    echo "NodeName=${NS_NODES[$i]} NodeAddr=${NS_ADDRS[$i]} NodeHostname=${NS_NODES[$i]} CPUs=2 RealMemory=4096 State=UNKNOWN"
+  done
+  nodes="$(IFS=,; echo "${NS_NODES[*]}")"
+  echo "PartitionName=multi Nodes=$nodes PriorityTier=1 PreemptMode=CANCEL MaxTime=INFINITE State=UP"
+  echo "PartitionName=urgent Nodes=$nodes PriorityTier=2 PreemptMode=OFF MaxTime=INFINITE State=UP"
+}
+
+nodes_up() {  # the namespaces when asked for, else (or when they fail) one node, said loudly
+  NS_ACTIVE=0
+  if [ "$MULTINODE" = 0 ]; then
+    rm -f "$STATE/multinode"
+    return
+  fi
+  if ns_up; then
+    NS_ACTIVE=1
+    echo "present: ${NS_NODES[*]}" > "$STATE/multinode"
+    return
+  fi
+  echo "absent: $NS_REASON" > "$STATE/multinode"
+  echo "[slurm] WARNING: no multi-node partitions (\"multi\", \"urgent\"): $NS_REASON." >&2
+  echo "[slurm] WARNING: this cluster has one node, $HOST, in partition \"debug\"; tests that need two nodes skip." >&2
 }
 
 start_munge() {
@@ -195,10 +257,13 @@ wait_for() {  # description, seconds, command...
 up() {
   need_root up
   install
+  mkdir -p "$STATE"/{log,run}
+  nodes_up
   write_configs
   start_munge
   start_mariadb
-  if ! pgrep -x slurmdbd >/dev/null; then
+  # by pid file, not by name: a private cluster's daemons have the same names
+  if ! alive slurmdbd; then
     slurmdbd
     wait_for slurmdbd 60 sacctmgr -i list cluster
     log "slurmdbd started"
@@ -206,18 +271,30 @@ up() {
   if ! sacctmgr -n -P list cluster format=cluster | grep -qx "$CLUSTER"; then
     sacctmgr -i add cluster "$CLUSTER" >/dev/null
   fi
-  if ! pgrep -x slurmctld >/dev/null; then
+  if ! alive slurmctld; then
     slurmctld
     wait_for slurmctld 60 scontrol ping
     log "slurmctld started"
   fi
-  if ! pgrep -x slurmd >/dev/null; then
+  start_slurmds
+  wait_for_nodes
+  log "cluster $CLUSTER up: $(sinfo -h -o '%P %D nodes %c cpus %m MB %a' | paste -sd ';')"
+}
+
+start_slurmds() {  # this host's slurmd and the namespace nodes' ones that are not running
+  if ! alive "slurmd-$HOST" && ! alive slurmd; then  # slurmd.pid: started by an earlier version
     slurmd
-    log "slurmd started"
+    log "slurmd $HOST started"
   fi
-  scontrol update nodename="$HOST" state=resume >/dev/null 2>&1 || true
-  wait_for "node $HOST" 60 sh -c "sinfo -h -N -o %T | grep -Eq '^(idle|mixed|allocated)'"
-  log "cluster $CLUSTER up: $(sinfo -h -o '%P %D nodes %c cpus %m MB %a')"
+  [ "$NS_ACTIVE" = 1 ] && ns_start_slurmds
+  return 0
+}
+
+wait_for_nodes() {  # every node of the cluster up (a node set down earlier is resumed)
+  local nodes
+  nodes="$(sinfo -h -N -o %N | sort -u | paste -sd,)"
+  scontrol update nodename="${nodes:-$HOST}" state=resume >/dev/null 2>&1 || true
+  wait_for "nodes ${nodes:-$HOST}" 60 sh -c "sinfo -h -N -o %T | grep -q . && ! sinfo -h -N -o %T | grep -vEq '^(idle|mixed|allocated)\$'"
 }
 
 alive() {  # daemon: whether its pid file names a live process
@@ -227,6 +304,7 @@ alive() {  # daemon: whether its pid file names a live process
 }
 
 start_private() {  # the daemons of the private cluster that are not running; by pid file, never by name
+  [ -f "$NS_FILE" ] && NS_ACTIVE=1
   if [ "$ACCOUNTING" != none ] && [ -f "$ETC/slurmdbd.conf" ] && ! alive slurmdbd; then
     slurmdbd
     wait_for slurmdbd 60 sacctmgr -i list cluster
@@ -237,15 +315,13 @@ start_private() {  # the daemons of the private cluster that are not running; by
     wait_for slurmctld 60 scontrol ping
     log "slurmctld started ($ETC)"
   fi
-  if ! alive slurmd; then
-    slurmd
-    log "slurmd started ($ETC)"
-  fi
+  start_slurmds
 }
 
 up_private() {
   need_root up
-  mkdir -p "$STATE"
+  mkdir -p "$STATE"/{log,run}
+  nodes_up
   write_configs
   [ "$ACCOUNTING" = none ] && rm -f "$ETC/slurmdbd.conf"
   start_munge
@@ -256,32 +332,37 @@ up_private() {
     sacctmgr -n -P list cluster format=cluster | grep -qx "$CLUSTER" || sacctmgr -i add cluster "$CLUSTER" >/dev/null
   fi
   start_private
-  scontrol update nodename="$HOST" state=resume >/dev/null 2>&1 || true
-  wait_for "node $HOST" 60 sh -c "sinfo -h -N -o %T | grep -Eq '^(idle|mixed|allocated)'"
-  log "private cluster $CLUSTER up: SLURM_CONF=$SLURM_CONF"
+  wait_for_nodes
+  log "private cluster $CLUSTER up: SLURM_CONF=$SLURM_CONF ($(sinfo -h -o '%P %D nodes' | paste -sd ';'))"
 }
 
-stop_private() {  # daemons...: SIGTERM by pid file, then wait until each has exited
-  local daemon pid
+stop_private() {  # daemons...: SIGTERM by pid file, all at once, then wait until each has exited;
+  # slurmd: every node's (slurmd.pid: one started by an earlier version of this script)
+  local daemon pid file stopped=()
   for daemon in "$@"; do
-    pid="$(cat "$STATE/run/$daemon.pid" 2>/dev/null)" || continue
-    kill "$pid" 2>/dev/null || continue
+    for file in "$STATE/run/$daemon.pid" "$STATE/run/$daemon"-*.pid; do
+      [ "$daemon" = slurmd ] || [ "$file" = "$STATE/run/$daemon.pid" ] || continue
+      pid="$(cat "$file" 2>/dev/null)" || continue
+      kill "$pid" 2>/dev/null && stopped+=("$pid:$(basename "$file" .pid)")
+    done
+  done
+  for daemon in "${stopped[@]}"; do
+    pid="${daemon%%:*}"
     for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-    log "$daemon stopped ($ETC)"
+    log "${daemon#*:} stopped ($ETC)"
   done
 }
 
 down() {
-  for daemon in slurmd slurmctld slurmdbd; do
-    pkill -x "$daemon" 2>/dev/null && log "$daemon stopped" || true
-  done
+  stop_private slurmd slurmctld slurmdbd
+  ns_down
   if [ -f /run/mysqld/torchx-airflow.pid ]; then
     kill "$(cat /run/mysqld/torchx-airflow.pid)" 2>/dev/null && log "mariadb stopped" || true
   fi
   pkill -x munged 2>/dev/null && log "munged stopped" || true
   for _ in $(seq 40); do
     local alive=0
-    for daemon in slurmd slurmctld slurmdbd munged mariadbd; do
+    for daemon in munged mariadbd; do
       pgrep -x "$daemon" >/dev/null && alive=1
     done
     [ "$alive" = 0 ] && return 0
@@ -300,9 +381,9 @@ need_private() {
 case "$COMMAND" in
   install) install ;;
   up) if [ "$PRIVATE" = 1 ]; then up_private; else up; fi ;;
-  down) if [ "$PRIVATE" = 1 ]; then stop_private slurmd slurmctld slurmdbd; else down; fi ;;
+  down) if [ "$PRIVATE" = 1 ]; then stop_private slurmd slurmctld slurmdbd; ns_down; else down; fi ;;
   stop) need_private stop; stop_private "$@" ;;
   start) need_private start; [ -f "$ETC/slurmdbd.conf" ] || ACCOUNTING=none; start_private ;;
   status) status ;;
-  *) echo "usage: $0 install|up|down|status [--private [--no-accounting|--no-job-comment]] | stop DAEMON... | start" >&2; exit 2 ;;
+  *) echo "usage: $0 install|up|down|status [--single-node] [--private [--no-accounting|--no-job-comment] [--multinode]] | stop DAEMON... | start" >&2; exit 2 ;;
 esac

@@ -5,6 +5,10 @@ The shared cluster (``scripts/slurm/cluster.sh up``) serves every test running i
 started beside it by the same script (``up --private``): its own ``slurm.conf`` (``SLURM_CONF``),
 state directory, pid files and ports, the same munge and MariaDB (its own database). Its daemons
 are stopped by their pid files, never by name. Starting one takes about 5 s.
+
+``multinode=True`` adds the two compute nodes in network namespaces and their partitions ``multi``
+and ``urgent`` (scripts/slurm/nodes.sh), with namespaces, a subnet and an uplink of its own: the
+tests that set a node down or preempt a job do it there, never on the shared cluster's nodes.
 """
 
 from __future__ import annotations
@@ -35,13 +39,17 @@ class PrivateSlurm:
 
     :param accounting: ``full`` (slurmdbd, job comments kept), ``no_job_comment`` (slurmdbd as Slurm's
         default keeps it) or ``none`` (no slurmdbd: no ``sacct``).
+    :param multinode: also the namespace nodes ``nodes`` (``<name>-n1``, ``<name>-n2``) in the
+        partitions ``multi`` (preemptible) and ``urgent``.
     """
 
-    def __init__(self, accounting: str = "full") -> None:
+    def __init__(self, accounting: str = "full", multinode: bool = False) -> None:
         # short: slurmd's unix sockets live under the state directory (108-byte path limit)
         self.state = Path(tempfile.mkdtemp(prefix="txslurm-", dir="/tmp"))
         self.name = f"tx{uuid.uuid4().hex[:8]}"
         self.accounting = accounting
+        self.multinode = multinode
+        self.nodes = [f"{self.name}-n1", f"{self.name}-n2"] if multinode else []
         ctld, slurmd, dbd = _free_ports(3)
         self.env = {
             "SLURM_STATE": str(self.state),
@@ -51,16 +59,20 @@ class PrivateSlurm:
         }
         self.slurm_conf = str(self.state / "etc" / "slurm.conf")
 
-    def _script(self, *args: str, timeout: float = 180) -> None:
+    def _script(self, *args: str, timeout: float = 180) -> str:
         flags = {"full": [], "no_job_comment": ["--no-job-comment"], "none": ["--no-accounting"]}
         cmd = ["bash", str(CLUSTER), args[0], "--private", *flags[self.accounting], "--cluster", self.name]
+        if self.multinode:
+            cmd.append("--multinode")
         proc = subprocess.run(
             [*cmd, *args[1:]], env={**os.environ, **self.env}, capture_output=True, text=True, timeout=timeout
         )
         assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}"
+        return proc.stdout + proc.stderr
 
-    def up(self) -> None:
-        self._script("up")
+    def up(self) -> str:
+        """Start it; what the script printed."""
+        return self._script("up")
 
     def stop(self, *daemons: str) -> None:
         """Stop ``daemons`` (``slurmctld``, ``slurmdbd``, ``slurmd``) and wait until they exited."""
@@ -94,9 +106,9 @@ class PrivateSlurm:
 
 
 @contextlib.contextmanager
-def private_slurm(accounting: str = "full") -> Iterator[PrivateSlurm]:
-    """A private cluster for the block; stopped (by pid file) and removed after."""
-    cluster = PrivateSlurm(accounting)
+def private_slurm(accounting: str = "full", multinode: bool = False) -> Iterator[PrivateSlurm]:
+    """A private cluster for the block; stopped (by pid file) and removed after, namespaces included."""
+    cluster = PrivateSlurm(accounting, multinode)
     try:
         cluster.up()
         yield cluster
