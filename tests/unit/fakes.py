@@ -72,6 +72,16 @@ class FakeSchedulerHook:
     def log_streams(self, handle: str) -> tuple:
         return ()
 
+    #: whether the scheduler keeps an accounting of usage (Slurm does), and what ``usage`` answers
+    accounts = True
+    usage_answer: dict[str, Any] | None = None
+
+    def accounts_usage(self, scheduler: str) -> bool:
+        return self.accounts
+
+    def usage(self, handle: str) -> dict[str, Any] | None:
+        return self.usage_answer
+
     def close(self) -> None:
         pass
 

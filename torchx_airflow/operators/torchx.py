@@ -9,6 +9,7 @@ MLflow, s3fs or docker module.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import ResumableJobMixin
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from torchx.tracker.api import TrackerBase
 
     from torchx_airflow.durable import DurableSubmission
+    from torchx_airflow.usage import RunAccounting
     from torchx_airflow.waiting import WorkerWait
 
 
@@ -91,6 +93,16 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
     :param artifact_assets: artifact name -> ``Asset`` or ``AssetAlias`` of the task's ``outlets``:
         when the app SUCCEEDS, the asset event carries the app handle, the artifact's path and
         metadata, and the try number (see :mod:`torchx_airflow.assets`).
+    :param expected_duration: how long the app is expected to run (a ``timedelta`` or seconds), for
+        the cost estimate when the connection has a price table; without it, the elapsed time of the
+        task's last successful run (see :mod:`torchx_airflow.usage`).
+    :param max_cost: fail before submitting anything when the estimated cost is over this amount
+        (in the price table's currency); needs a price table on the connection and a duration.
+
+    When the app ends, the result's ``usage`` holds what it used by the scheduler's own accounting
+    (Slurm: ``sacct``; local_cwd: the replica processes; others: requested resources x elapsed) and,
+    with a price table, ``cost`` its estimate and actual cost; the same go to the trackers' metadata
+    (``torchx_usage``, ``torchx_cost``), also for an app that failed.
 
     Other parameters are those of :class:`TorchXDryRunOperator`.
     """
@@ -109,9 +121,14 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         tracker_timeout: float = conf.getfloat("torchx", "tracker_timeout", fallback=60.0),
         outage_timeout: float | None = None,
         artifact_assets: Mapping[str, Asset | AssetAlias] | None = None,
+        expected_duration: timedelta | float | None = None,
+        max_cost: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        from torchx_airflow.pricing import check_cost_params
+
+        self.expected_duration, self.max_cost = check_cost_params(self.task_id, expected_duration, max_cost)
         for name, seconds in (("tracker_timeout", tracker_timeout), ("poll_interval", poll_interval)):
             if seconds <= 0:
                 raise TorchXConfigError(f"{name} must be a positive number of seconds, got {seconds!r}.")
@@ -167,10 +184,19 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
             self.hook, store, self.external_id_key, self.task_id, self.log, self._outage_budget()
         )
 
+    @cached_property
+    def _accounting(self) -> RunAccounting:
+        """The app's cost estimate before it is submitted, its usage and cost when it ends."""
+        from torchx_airflow.usage import RunAccounting
+
+        return RunAccounting(self.hook, self.task_id, self.max_cost, self.expected_duration, self.log)
+
     def submit_job(self, context: Context) -> str:
         dryrun, _ = self.dryrun(self._app)
+        self._accounting.before_submit(self._app, context)  # raises over max_cost: nothing submitted
         self.trackers.check_within(self.tracker_timeout, f"Task {self.task_id!r}")
         app_handle = self._durable(context).submit(dryrun)
+        self._accounting.submitted(app_handle, context)
         self._submitted_here = True
         self.log.info("Submitted TorchX app %s", app_handle)
         self._publish_handle(app_handle, context)
@@ -255,6 +281,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         from torchx_airflow.results import finish_run
 
         self._publish_handle(app_handle, context)
+        usage, cost = self._accounting.at_end(app_handle, self._app, summary["state"], terminal, context)
         return finish_run(
             context,
             app_handle,
@@ -264,6 +291,8 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
             self.tracker_timeout,
             self.artifact_assets,
             self.log,
+            usage=usage,
+            cost=cost,
         )
 
     # deferrable
@@ -352,6 +381,10 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
 
         app, scheduler, hook, store = self._lineage_inputs()
         outcome = openlineage.run_outcome(self._app_handle, self._result, self._status, hook, app, store)
+        accounting = self.__dict__.get("_accounting")
+        if accounting is not None and accounting.usage is not None:  # also a failed app's (no result)
+            outcome.setdefault("usage", accounting.usage)
+            outcome.setdefault("cost", accounting.cost)
         parents = openlineage.lineage_parents(outcome, store, task_instance, self)
         return openlineage.lineage_on_end(app, scheduler, outcome, parents, store, produced)
 
