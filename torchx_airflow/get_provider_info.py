@@ -71,6 +71,12 @@ def get_provider_info() -> dict[str, Any]:
                         "description": "Seconds a wait goes on while the scheduler does not answer "
                         "(empty: [torchx] outage_timeout, 600)",
                     },
+                    "prices": {
+                        "label": "Price table",
+                        "schema": {"type": ["object", "null"]},
+                        "description": 'Prices for usage and max_cost, e.g. {"cpu_hour": 0.05, '
+                        '"gpu_hour": {"a100": 2.5, "default": 1.0}, "mem_gb_hour": 0.005, "currency": "USD"}',
+                    },
                 },
                 "ui-field-behaviour": {
                     "hidden-fields": ["host", "schema", "login", "password", "port"],

@@ -21,6 +21,7 @@ class FakeSchedulerHook:
     """Fake scheduler: answers ``status`` from a script (an exception in it is raised once)."""
 
     scheduler = "slurm"
+    torchx_conn_id = "torchx_default"
     cfg: dict[str, Any] = {}
     settings = TorchXConnectionSettings(scheduler="slurm")
 
