@@ -38,6 +38,15 @@ PRICES_EXAMPLE = (
 )
 
 
+def format_amount(amount: float) -> str:
+    """An amount of money or resource-hours as text: 4 decimals, 6 below 0.001 (a short local job).
+
+    >>> format_amount(1.265), format_amount(0.0000309)
+    ('1.2650', '0.000031')
+    """
+    return f"{amount:.4f}" if abs(amount) >= 0.001 or amount == 0 else f"{amount:.6f}"
+
+
 def _price(conn_id: str, key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
         raise TorchXConnectionError(
@@ -200,8 +209,8 @@ class CostEstimate:
         return (
             f"requested {r['cpu']} CPU, {r['gpu']} GPU, {r['mem_mb']} MB memory [{per_role}]{unset} "
             f"for {self.duration_s:g} s ({self.duration_source}) at {self.prices.describe()} = "
-            f"{b['cpu']:.4f} (CPU) + {gpu:.4f} (GPU) + {b['mem']:.4f} (memory) = "
-            f"{self.total:.4f} {self.currency}"
+            f"{format_amount(b['cpu'])} (CPU) + {format_amount(gpu)} (GPU) + {format_amount(b['mem'])} "
+            f"(memory) = {format_amount(self.total)} {self.currency}"
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from torchx_airflow.pricing import (
     actual_cost,
     check_max_cost,
     estimate_cost,
+    format_amount,
     requested_resources,
     resource_hours,
 )
@@ -152,11 +153,12 @@ def describe_usage(usage: Mapping[str, Any], cost: Mapping[str, Any] | None = No
     if isinstance(totals, Mapping):
         gpu = sum(totals["gpu_hours"].values())
         parts.append(
-            f"{totals['cpu_hours']:.4f} CPU-h, {gpu:.4f} GPU-h, {totals['mem_gb_hours']:.4f} GB-h memory"
+            f"{format_amount(totals['cpu_hours'])} CPU-h, {format_amount(gpu)} GPU-h, "
+            f"{format_amount(totals['mem_gb_hours'])} GB-h memory"
         )
     actual = (cost or {}).get("actual")
     if isinstance(actual, Mapping):
-        parts.append(f"cost {actual['total']:.4f} {actual['currency']}")
+        parts.append(f"cost {format_amount(actual['total'])} {actual['currency']}")
     return f"{usage.get('source')}: {', '.join(parts)}"
 
 

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from torchx_airflow.pricing import format_amount
+
 
 def _mapping(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
@@ -72,12 +74,12 @@ class RunUsage:
             return f"usage {self.source}"
         parts = [f"{self.elapsed_s:g} s"]
         if self.cpu_hours is not None:
-            parts.append(f"{self.cpu_hours:.4f} CPU-h")
+            parts.append(f"{format_amount(self.cpu_hours)} CPU-h")
         gpu = sum(self.gpu_hours.values())
         if gpu:
-            parts.append(f"{gpu:.4f} GPU-h")
+            parts.append(f"{format_amount(gpu)} GPU-h")
         if self.cost is not None:
-            parts.append(f"{self.cost:.4f} {self.currency or ''}".rstrip())
+            parts.append(f"{format_amount(self.cost)} {self.currency or ''}".rstrip())
         return " · ".join(parts)
 
 
@@ -111,9 +113,10 @@ def total_text(total: Mapping[str, Any]) -> str:
     gpu = sum(total["gpu_hours"].values())
     text = (
         f"usage of {total['runs_with_usage']} of {total['runs']} runs: {total['elapsed_s']:g} s, "
-        f"{total['cpu_hours']:.4f} CPU-h, {gpu:.4f} GPU-h, {total['mem_gb_hours']:.4f} GB-h"
+        f"{format_amount(total['cpu_hours'])} CPU-h, {format_amount(gpu)} GPU-h, "
+        f"{format_amount(total['mem_gb_hours'])} GB-h"
     )
     costs = ", ".join(
-        f"{amount:.4f} {currency}".rstrip() for currency, amount in sorted(total["cost"].items())
+        f"{format_amount(amount)} {currency}".rstrip() for currency, amount in sorted(total["cost"].items())
     )
     return f"{text} · cost {costs}" if costs else text
