@@ -3,9 +3,10 @@
 Each scheduler's DAGs use the connection ``torchx_usage_<scheduler>``, which the tests define with a
 price table and a tracker. ``tx_usage_<scheduler>``: jobs burning a known amount of CPU time (one
 long enough for Slurm to sample its memory, one waiting in the triggerer on Slurm), and one that
-exits 3. ``tx_usage_<scheduler>_repeat``: one short job, triggered twice, whose second estimate
-uses the first run's elapsed time. ``tx_usage_<scheduler>_over_budget``: a classic and a
-``@task.torchx`` task whose estimate is over their ``max_cost``: nothing may be submitted.
+exits 3. ``tx_usage_<scheduler>_repeat``: one job of a few seconds (Slurm counts whole seconds),
+triggered twice, whose second estimate uses the first run's elapsed time.
+``tx_usage_<scheduler>_over_budget``: a classic and a ``@task.torchx`` task whose estimate is over
+their ``max_cost``: nothing may be submitted.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from torchx_airflow.operators.torchx import TorchXOperator
 BURN = str(Path(__file__).resolve().parent / "jobs" / "burn.py")
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 # the long job of the Slurm DAG runs past Slurm's 30 s sampling, so its steps have a MaxRSS
-LONG_SLEEP = {"local_cwd": 0.5, "slurm": 32}
+LONG_SLEEP = {"local_cwd": 0.5, "slurm": 40}
 
 
 def burn(*args: str) -> list[str]:
@@ -71,7 +72,7 @@ for scheduler in ("local_cwd", "slurm"):
         TorchXOperator(
             task_id="again",
             component="utils.python",
-            component_args=burn("--cpu-seconds", "0.5"),
+            component_args=burn("--cpu-seconds", "0.5", "--sleep", "3"),
             deferrable=True,
             **common,
         )
