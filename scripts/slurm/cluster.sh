@@ -17,7 +17,10 @@
 #   SLURM_STATE=/tmp/c scripts/slurm/cluster.sh down --private
 #
 # --no-accounting: no slurmdbd at all (AccountingStorageType unset, no sacct); --no-job-comment:
-# accounting as Slurm's default keeps it, without AccountingStoreFlags=job_comment.
+# accounting as Slurm's default keeps it, without AccountingStoreFlags=job_comment; --gpus TYPE:N:
+# the node has N GPUs of TYPE, as a GRES whose device files are stand-ins for /dev/null under
+# $SLURM_STATE (Slurm's gpu plugin wants a file per GPU; with TaskPlugin=task/none nothing is bound):
+# jobs get them as counted resources, and accounting records gres/gpu and gres/gpu:TYPE in AllocTRES.
 #
 # Everything this script writes lives under $SLURM_STATE (default /var/tmp/torchx-airflow-slurm):
 # configs, spool directories, logs, the MariaDB data directory and pid files. The cluster is one node
@@ -29,6 +32,7 @@ ETC=/etc/slurm
 HOST="$(hostname -s)"
 PRIVATE=0
 ACCOUNTING=full   # full | none | no_job_comment
+GPUS=""           # TYPE:COUNT of GPUs as a GRES (--gpus)
 COMMAND="${1:-}"
 [ $# -gt 0 ] && shift
 while [ $# -gt 0 ]; do
@@ -37,10 +41,14 @@ while [ $# -gt 0 ]; do
     --no-accounting) ACCOUNTING=none ;;
     --no-job-comment) ACCOUNTING=no_job_comment ;;
     --cluster) shift; CLUSTER_NAME="$1" ;;
+    --gpus) shift; GPUS="$1" ;;
     *) break ;;
   esac
   shift
 done
+if [ -n "$GPUS" ] && [ "$PRIVATE" != 1 ]; then
+  echo "[slurm] --gpus is for a private cluster (--private): the shared one keeps its configuration" >&2; exit 2
+fi
 if [ "$PRIVATE" = 1 ]; then
   [ -n "${SLURM_STATE:-}" ] || { echo "[slurm] --private needs SLURM_STATE (its own directory)" >&2; exit 2; }
   ETC="$STATE/etc"
@@ -83,6 +91,12 @@ accounting_config() {
   [ "$ACCOUNTING" = no_job_comment ] && return
   echo "# job comments in accounting: a retry finds a job by the mark its try put there (torchx_airflow.schedulers.slurm)"
   echo "AccountingStoreFlags=job_comment"
+}
+
+gres_config() {  # slurm.conf lines of the --gpus GRES
+  [ -n "$GPUS" ] || return 0
+  echo "GresTypes=gpu"
+  [ "$ACCOUNTING" = none ] || echo "AccountingStorageTRES=gres/gpu,gres/gpu:${GPUS%%:*}"
 }
 
 write_configs() {
@@ -131,6 +145,7 @@ SlurmdPidFile=$STATE/run/slurmd.pid
 SlurmctldLogFile=$STATE/log/slurmctld.log
 SlurmdLogFile=$STATE/log/slurmd.log
 $(accounting_config)
+$(gres_config)
 JobAcctGatherType=jobacct_gather/linux
 JobCompType=jobcomp/none
 ReturnToService=2
@@ -139,9 +154,16 @@ KillWait=5
 InactiveLimit=0
 SchedulerType=sched/backfill
 MpiDefault=none
-NodeName=$HOST CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
+NodeName=$HOST CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN${GPUS:+ Gres=gpu:$GPUS}
 PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 CONF
+  [ -n "$GPUS" ] || return 0
+  local i last=$(( ${GPUS##*:} - 1 ))
+  mkdir -p "$STATE/dev"
+  for i in $(seq 0 "$last"); do
+    [ -e "$STATE/dev/gpu$i" ] || mknod "$STATE/dev/gpu$i" c 1 3  # /dev/null's numbers
+  done
+  echo "NodeName=$HOST Name=gpu Type=${GPUS%%:*} File=$STATE/dev/gpu[0-$last]" > "$ETC/gres.conf"
 }
 
 start_munge() {

@@ -35,13 +35,15 @@ class PrivateSlurm:
 
     :param accounting: ``full`` (slurmdbd, job comments kept), ``no_job_comment`` (slurmdbd as Slurm's
         default keeps it) or ``none`` (no slurmdbd: no ``sacct``).
+    :param gpus: ``TYPE:COUNT`` GPUs on the node, as a GRES (``cluster.sh --gpus``); none by default.
     """
 
-    def __init__(self, accounting: str = "full") -> None:
+    def __init__(self, accounting: str = "full", gpus: str = "") -> None:
         # short: slurmd's unix sockets live under the state directory (108-byte path limit)
         self.state = Path(tempfile.mkdtemp(prefix="txslurm-", dir="/tmp"))
         self.name = f"tx{uuid.uuid4().hex[:8]}"
         self.accounting = accounting
+        self.gpus = gpus  # "TYPE:COUNT": the node's GPUs, a GRES (cluster.sh --gpus)
         ctld, slurmd, dbd = _free_ports(3)
         self.env = {
             "SLURM_STATE": str(self.state),
@@ -54,6 +56,7 @@ class PrivateSlurm:
     def _script(self, *args: str, timeout: float = 180) -> None:
         flags = {"full": [], "no_job_comment": ["--no-job-comment"], "none": ["--no-accounting"]}
         cmd = ["bash", str(CLUSTER), args[0], "--private", *flags[self.accounting], "--cluster", self.name]
+        cmd += ["--gpus", self.gpus] if self.gpus else []
         proc = subprocess.run(
             [*cmd, *args[1:]], env={**os.environ, **self.env}, capture_output=True, text=True, timeout=timeout
         )
@@ -94,9 +97,9 @@ class PrivateSlurm:
 
 
 @contextlib.contextmanager
-def private_slurm(accounting: str = "full") -> Iterator[PrivateSlurm]:
+def private_slurm(accounting: str = "full", gpus: str = "") -> Iterator[PrivateSlurm]:
     """A private cluster for the block; stopped (by pid file) and removed after."""
-    cluster = PrivateSlurm(accounting)
+    cluster = PrivateSlurm(accounting, gpus)
     try:
         cluster.up()
         yield cluster

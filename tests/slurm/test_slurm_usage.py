@@ -203,3 +203,40 @@ def test_an_estimate_over_max_cost_submits_nothing(stack):
         check=True,
     ).stdout.split()
     assert not [name for name in names if name.startswith("too-dear")], names
+
+
+def test_gpus_by_type_from_a_cluster_with_gpus(slurm_cluster, tmp_path, monkeypatch):
+    """A private cluster whose node has two a100 GPUs (``cluster.sh --gpus``): the job's GPUs in its
+    usage by type, as sacct records them, and priced at the a100 price."""
+    from torchx.specs import AppDef, Resource, Role
+
+    from tests.slurm.private_cluster import private_slurm
+    from torchx_airflow.hooks.torchx import TorchXHook
+    from torchx_airflow.pricing import PriceTable, actual_cost
+
+    burn = str(REPO / "tests" / "dags" / "jobs" / "burn.py")
+    role = Role("trainer", image=str(tmp_path), entrypoint="python", args=[burn, "--sleep", "3"])
+    role.resource = Resource(cpu=2, gpu=2, memMB=1024)
+    monkeypatch.chdir(tmp_path)  # the job's work dir, where its output files go
+    conn = {"conn_type": "torchx", "extra": {"scheduler": "slurm"}}
+    monkeypatch.setenv("AIRFLOW_CONN_TORCHX_GPUS", json.dumps(conn))
+    with private_slurm(gpus="a100:2") as cluster:
+        monkeypatch.setenv("SLURM_CONF", cluster.slurm_conf)
+        hook = TorchXHook("torchx_gpus")
+        try:
+            handle = hook.schedule(hook.dryrun(AppDef("gpus", roles=[role])))
+            status = hook.wait(handle, wait_interval=1)
+            assert status is not None and status.state.name == "SUCCEEDED", status
+            usage = hook.usage(handle)
+        finally:
+            hook.close()
+        job_id = _job_id(handle)
+        row = cluster.run(["sacct", "-P", "-n", "-X", "-j", job_id, "-o", "ElapsedRaw,AllocTRES"]).stdout
+    elapsed, alloc = row.strip().split("|")
+    assert "gres/gpu:a100=2" in alloc.split(",") and "gres/gpu=2" in alloc.split(",")
+    assert usage is not None and usage["allocated"]["gpu"] == {"a100": 2}
+    assert usage["elapsed_s"] == int(elapsed) >= 3
+    assert usage["totals"]["gpu_hours"] == {"a100": 2 * int(elapsed) / 3600}
+    prices = PriceTable(gpu_hour={"a100": 2.5, "default": 1.0})
+    cost = actual_cost(usage, prices)
+    assert cost is not None and cost["gpu"] == {"a100": pytest.approx(2 * int(elapsed) / 3600 * 2.5)}

@@ -133,10 +133,28 @@ def test_a_memory_figure_it_cannot_read_is_an_error():
         memory_mb("12Q")
 
 
-def test_gpus_by_type_from_the_gres_entries():
-    """The GRES syntax of AllocTRES (slurm.schedmd.com/tres.html): typed and untyped counts."""
-    tres = parse_tres("billing=8,cpu=8,gres/gpu:a100=2,gres/gpu=3,mem=65536M,node=1")
-    assert tres["gpu"] == {"a100": 2, "untyped": 1}
-    assert parse_tres("cpu=1,gres/gpu=2,mem=1G,node=1")["gpu"] == {"untyped": 2}
-    assert parse_tres("cpu=1,gres/gpu=2,gres/gpu:a100=2,mem=1G,node=1")["gpu"] == {"a100": 2}
+# The same command on a private cluster whose node has two a100 GPUs (`cluster.sh up --private --gpus
+# a100:2`, AccountingStorageTRES=gres/gpu,gres/gpu:a100): a job asking 2 CPUs, 2 GPUs and 1 GB.
+SACCT_GPU_OUTPUT = """\
+1|trainer-0|COMPLETED|3|00:01.182|6|billing=2,cpu=2,gres/gpu:a100=2,gres/gpu=2,mem=1048576K,node=1|||0:0
+1.batch|batch|COMPLETED|3|00:00.016|6|cpu=2,gres/gpu:a100=2,gres/gpu=2,mem=1048576K,node=1||1|0:0
+1.0|python3|COMPLETED|3|00:01.165|6|cpu=2,gres/gpu:a100=2,gres/gpu=2,mem=1048576K,node=1||1|0:0
+"""
+
+
+def test_gpus_by_type_as_accounting_records_them():
+    (job,) = parse_sacct_usage(SACCT_GPU_OUTPUT)
+    assert job["alloc_tres"]["gpu"] == {"a100": 2}  # gres/gpu=2 counts the same two GPUs
+    assert [step["alloc_tres"]["gpu"] for step in job["steps"]] == [{"a100": 2}, {"a100": 2}]
+    usage = summarize_allocations([job])
+    assert usage["allocated"]["gpu"] == {"a100": 2}
+    assert usage["totals"]["gpu_hours"] == {"a100": 2 * 3 / 3600}
+    assert usage["totals"]["cpu_hours"] == 6 / 3600
+
+
+def test_gpus_accounting_records_without_a_type_are_untyped():
+    """A site whose AccountingStorageTRES lists only gres/gpu: the GRES syntax of AllocTRES
+    (slurm.schedmd.com/tres.html), as the line above would read there."""
+    assert parse_tres("billing=2,cpu=2,gres/gpu=2,mem=1G,node=1")["gpu"] == {"untyped": 2}
+    assert parse_tres("cpu=8,gres/gpu:a100=2,gres/gpu=3,mem=64G,node=1")["gpu"] == {"a100": 2, "untyped": 1}
     assert parse_tres("cpu=1,license/matlab=1")["other"] == {"license/matlab": "1"}
