@@ -8,6 +8,7 @@ retrying a task cannot fix its input, so Airflow fails it at once instead of bur
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
@@ -30,6 +31,24 @@ class TorchXConfigError(TorchXInputError):
 
 class TorchXComponentError(TorchXInputError):
     """Unknown component, component arguments that do not parse, or an invalid ``AppDef``."""
+
+
+class TorchXCostLimitError(TorchXInputError):
+    """The estimated cost of an app is over the task's ``max_cost``: nothing was submitted."""
+
+    def __init__(
+        self, task_id: str, max_cost: float, estimate: float, currency: str, explanation: str
+    ) -> None:
+        super().__init__(
+            f"Task {task_id!r}: the estimated cost {estimate:.4f} {currency} is over max_cost={max_cost!r} "
+            f"{currency}, so nothing was submitted. Estimate: {explanation}. To run it, raise max_cost, "
+            "ask for fewer resources, or set expected_duration if the job is known to run shorter."
+        )
+        self.task_id = task_id
+        self.max_cost = max_cost
+        self.estimate = estimate
+        self.currency = currency
+        self.explanation = explanation
 
 
 class TorchXAppHandleError(TorchXInputError):
@@ -71,18 +90,25 @@ class TorchXAppFailedError(TorchXError):
         msg: str = "",
         structured_error_msg: str = "",
         roles: Mapping[str, list[str]] | None = None,
+        usage: Mapping[str, Any] | None = None,
     ) -> None:
         message = f"TorchX app {app_handle} finished in state {state}"
         if msg:
             message += f": {msg}"
         if structured_error_msg and structured_error_msg != "<NONE>":
             message += f"\nstructured error: {structured_error_msg}"
+        if usage and usage.get("elapsed_s") is not None:
+            message += f"\nusage ({usage.get('source')}): elapsed {usage['elapsed_s']} s"
+            if usage.get("cpu_time_s") is not None:
+                message += f", CPU time {usage['cpu_time_s']} s"
         super().__init__(message)
         self.app_handle = app_handle
         self.state = state
         self.msg = msg
         self.structured_error_msg = structured_error_msg
         self.roles = dict(roles or {})
+        #: what the app used before it ended (``torchx_airflow.usage``), when it was read
+        self.usage = dict(usage) if usage is not None else None
 
 
 class TorchXAppTerminalError(TorchXAppFailedError, AirflowFailException):

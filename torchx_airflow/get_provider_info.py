@@ -77,6 +77,12 @@ def get_provider_info() -> dict[str, Any]:
                         "description": "Times a job ended by a node failure or a preemption is resubmitted "
                         "without using the task's retries (empty: [torchx] infrastructure_retries, 3)",
                     },
+                    "prices": {
+                        "label": "Price table",
+                        "schema": {"type": ["object", "null"]},
+                        "description": 'Prices for usage and max_cost, e.g. {"cpu_hour": 0.05, '
+                        '"gpu_hour": {"a100": 2.5, "default": 1.0}, "mem_gb_hour": 0.005, "currency": "USD"}',
+                    },
                 },
                 "ui-field-behaviour": {
                     "hidden-fields": ["host", "schema", "login", "password", "port"],

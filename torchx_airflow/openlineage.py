@@ -7,8 +7,10 @@ store): nothing here knows the operator. Each returns an ``OperatorLineage`` wit
 
 - job facet ``torchx_app``: scheduler, app name and per role the image, entrypoint, replicas,
   resources and env variable *names* (values never leave the worker);
-- run facets ``torchx_run`` (app handle, final state, message, structured error, tracker sources)
-  and the standard ``externalQuery`` (the handle, so backends link to the scheduler's job);
+- run facets ``torchx_run`` (app handle, final state, message, structured error, tracker sources),
+  ``torchx_usage`` (what the run used by its scheduler's accounting, and its cost with a price
+  table: :mod:`torchx_airflow.usage`) and the standard ``externalQuery`` (the handle, so backends
+  link to the scheduler's job);
 - datasets: one per TorchX run, namespace ``torchx://<scheduler>``, name ``<session>/<app_id>``, an
   output of its own task and an input of every child task; each tracker artifact, named by the
   OpenLineage naming spec for its URI, an output of the app that recorded it and an input of the
@@ -44,7 +46,8 @@ log = logging.getLogger(__name__)
 RUN_NAMESPACE_PREFIX = "torchx://"
 APP_FACET = "torchx_app"
 RUN_FACET = "torchx_run"
-# Every facet names a schema URI; these two are this provider's own (documented in its README).
+USAGE_FACET = "torchx_usage"
+# Every facet names a schema URI; these are this provider's own (documented in docs/openlineage.md).
 FACET_SCHEMA = "urn:torchx-airflow:openlineage:{}:1"
 PARENT_ENV = "OPENLINEAGE_PARENT_ID"
 ROOT_PARENT_ENV = "OPENLINEAGE_ROOT_PARENT_ID"
@@ -128,8 +131,8 @@ def _unique(datasets: Iterable[Dataset]) -> list[Dataset]:
 # facets
 
 
-def _facet_classes() -> tuple[type, type]:
-    """The two custom facet classes, defined on first use so this module imports without OpenLineage."""
+def _facet_classes() -> tuple[type, type, type]:
+    """The custom facet classes, defined on first use so this module imports without OpenLineage."""
     global _FACETS
     if _FACETS is None:
         import attr
@@ -163,18 +166,33 @@ def _facet_classes() -> tuple[type, type]:
             def _get_schema() -> str:
                 return FACET_SCHEMA.format("run-facet")
 
-        _FACETS = (TorchXAppJobFacet, TorchXRunFacet)
+        @attr.define
+        class TorchXUsageRunFacet(RunFacet):
+            """What one TorchX run used (``source``: sacct, process, requested) and, priced, its cost."""
+
+            source: str
+            elapsedSeconds: float | None = None  # noqa: N815
+            cpuTimeSeconds: float | None = None  # noqa: N815
+            totals: dict[str, Any] | None = None
+            usage: dict[str, Any] = attr.Factory(dict)
+            cost: dict[str, Any] | None = None
+
+            @staticmethod
+            def _get_schema() -> str:
+                return FACET_SCHEMA.format("usage-run-facet")
+
+        _FACETS = (TorchXAppJobFacet, TorchXRunFacet, TorchXUsageRunFacet)
     return _FACETS
 
 
-_FACETS: tuple[type, type] | None = None
+_FACETS: tuple[type, type, type] | None = None
 
 
 def app_job_facets(app: AppDef, scheduler: str | None) -> dict[str, Any]:
     """Job facets of ``app``: ``torchx_app`` (roles, images, entrypoints, replicas, resources, env names)."""
     from torchx_airflow.apps import summarize_role
 
-    app_facet, _ = _facet_classes()
+    app_facet, _, _ = _facet_classes()
     # role args can carry anything the DAG author templated in: they stay out of lineage events
     roles = [{k: v for k, v in summarize_role(role).items() if k != "args"} for role in app.roles]
     return {APP_FACET: app_facet(scheduler=scheduler, appName=app.name, roles=roles)}
@@ -191,7 +209,7 @@ def run_facets(
     """Run facets of one TorchX run: ``torchx_run`` and the standard ``externalQuery``."""
     from openlineage.client.facet_v2 import external_query_run
 
-    _, run_facet = _facet_classes()
+    _, run_facet, _ = _facet_classes()
     namespace = run_dataset_name(app_handle)
     return {
         RUN_FACET: run_facet(
@@ -205,6 +223,24 @@ def run_facets(
         "externalQuery": external_query_run.ExternalQueryRunFacet(
             externalQueryId=app_handle, source=namespace[0] if namespace else app_handle
         ),
+    }
+
+
+def usage_facets(usage: Mapping[str, Any] | None, cost: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Run facet ``torchx_usage`` of a run's usage and cost; none without a usage."""
+    if not isinstance(usage, Mapping) or not isinstance(usage.get("source"), str):
+        return {}
+    _, _, usage_facet = _facet_classes()
+    totals = usage.get("totals")
+    return {
+        USAGE_FACET: usage_facet(
+            source=usage["source"],
+            elapsedSeconds=usage.get("elapsed_s"),
+            cpuTimeSeconds=usage.get("cpu_time_s"),
+            totals=dict(totals) if isinstance(totals, Mapping) else None,
+            usage=dict(usage),
+            cost=dict(cost) if isinstance(cost, Mapping) else None,
+        )
     }
 
 
@@ -347,6 +383,7 @@ def lineage_on_end(
             outcome.get("sources") or [],
             outcome.get("attempts") or [],
         )
+        facets.update(usage_facets(outcome.get("usage"), outcome.get("cost")))
     job_facets = app_job_facets(app, scheduler) if app is not None else {}
     return OperatorLineage(inputs=inputs, outputs=outputs, run_facets=facets, job_facets=job_facets)
 

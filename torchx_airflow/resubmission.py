@@ -133,6 +133,15 @@ class Attempts:
         self._save(attempts)
         return mine
 
+    def annotate(self, app_handle: str, **values: Any) -> None:
+        """Add ``values`` (its usage, its cost) to the attempt of ``app_handle``, if recorded."""
+        attempts = self.load()
+        for attempt in attempts:
+            if attempt.get("app_handle") == app_handle:
+                attempt.update(values)
+                self._save(attempts)
+                return
+
     def resubmissions(self) -> int:
         """How many times the chain's job was resubmitted so far."""
         return max(0, len(self.load()) - 1)

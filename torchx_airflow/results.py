@@ -4,6 +4,7 @@
 returns: the summary plus the run's ``metadata``, ``artifacts`` and ``sources`` read from the first
 tracker; it pushes XComs ``ui_url`` and ``torchx_run_id`` and emits the asset events of
 ``artifact_assets``, or raises ``TorchXAppFailedError`` for an app that ended other than SUCCEEDED.
+The run's ``usage`` (and ``cost``) go into the result and the trackers' metadata either way.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from torchx_airflow.dag_lineage import XCOM_RUN_ID
 from torchx_airflow.exceptions import TorchXAppFailedError, TorchXAppNotFoundError
 from torchx_airflow.links.torchx import XCOM_UI_URL
 from torchx_airflow.secrets import strip_userinfo
+from torchx_airflow.usage import COST_KEY, USAGE_KEY
 
 if TYPE_CHECKING:
     from airflow.sdk import Asset, AssetAlias, Context
@@ -69,25 +71,31 @@ def finish_run(
     tracker_timeout: float,
     artifact_assets: Mapping[str, Asset | AssetAlias],
     task_log: Any = log,
+    usage: Mapping[str, Any] | None = None,
+    cost: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The task's return value from the app's status ``summary``; raises unless it SUCCEEDED.
 
-    Tracker results are read within ``tracker_timeout`` (past it, a warning and empty results: the
-    app's outcome never waits on a tracker).
+    ``usage`` and ``cost`` (``torchx_airflow.usage``) become the result's ``usage`` and ``cost`` and,
+    for an ended app, the run's tracker metadata, also when the app failed (the error carries the
+    usage too). Tracker results are read within ``tracker_timeout`` (past it, a warning and empty
+    results: the app's outcome never waits on a tracker).
     """
+    from torchx_airflow.retry import call_within
+
     result = dict(summary)
     ti = context["ti"]
     if result.get("ui_url"):
         ti.xcom_push(key=XCOM_UI_URL, value=result["ui_url"])
     task_log.info("TorchX app %s is %s %s", app_handle, result["state"], result["msg"])
+    if usage is not None:
+        _add_usage(result, app_handle, usage, cost, terminal, trackers, tracker_timeout, task_log)
     if terminal and result["state"] != SUCCEEDED:
         raise TorchXAppFailedError(
-            app_handle, result["state"], result["msg"], result["structured_error_msg"], result["roles"]
+            app_handle, result["state"], result["msg"], result["structured_error_msg"], result["roles"], usage
         )
     result.update({key: type(value)() for key, value in NO_RESULTS.items()})
     if trackers:
-        from torchx_airflow.retry import call_within
-
         done, results = call_within(
             tracker_timeout,
             f"Reading the results of {app_handle}",
@@ -95,6 +103,36 @@ def finish_run(
         )
         if done:
             result.update(results)
+            for key in (USAGE_KEY, COST_KEY):  # the result has them at the top
+                result["metadata"].pop(key, None)
     ti.xcom_push(key=XCOM_RUN_ID, value=app_handle)
     emit_asset_events(context, artifact_assets, result)
     return result
+
+
+def _add_usage(
+    result: dict[str, Any],
+    app_handle: str,
+    usage: Mapping[str, Any],
+    cost: Mapping[str, Any] | None,
+    terminal: bool,
+    trackers: TrackerSet,
+    tracker_timeout: float,
+    task_log: Any,
+) -> None:
+    """``usage`` and ``cost`` into the result and, for an ended app, into every tracker's metadata."""
+    from torchx_airflow.retry import call_within
+    from torchx_airflow.usage import describe_usage, record_usage
+
+    result["usage"] = dict(usage)
+    if cost is not None:
+        result["cost"] = dict(cost)
+    if not terminal:
+        return
+    task_log.info("TorchX app %s used %s", app_handle, describe_usage(usage, cost))
+    if trackers:
+        call_within(
+            tracker_timeout,
+            f"Recording the usage of {app_handle}",
+            lambda: record_usage(trackers, app_handle, usage, cost),
+        )

@@ -27,7 +27,10 @@
 # --no-accounting: no slurmdbd at all (AccountingStorageType unset, no sacct); --no-job-comment:
 # accounting as Slurm's default keeps it, without AccountingStoreFlags=job_comment; --multinode: the
 # namespace nodes and their partitions too (a private cluster has only this host's node otherwise),
-# in network namespaces, a subnet and an uplink of its own.
+# in network namespaces, a subnet and an uplink of its own; --gpus TYPE:N:
+# the node has N GPUs of TYPE, as a GRES whose device files are stand-ins for /dev/null under
+# $SLURM_STATE (Slurm's gpu plugin wants a file per GPU; with TaskPlugin=task/none nothing is bound):
+# jobs get them as counted resources, and accounting records gres/gpu and gres/gpu:TYPE in AllocTRES.
 #
 # Everything this script writes lives under $SLURM_STATE (default /var/tmp/torchx-airflow-slurm):
 # configs, spool directories, logs, the MariaDB data directory and pid files; the namespaces add
@@ -41,6 +44,7 @@ HOST="$(hostname -s)"
 PRIVATE=0
 ACCOUNTING=full   # full | none | no_job_comment
 MULTINODE=""      # 1: the namespace nodes (the shared cluster's default), 0: this host's node only
+GPUS=""           # TYPE:COUNT of GPUs as a GRES (--gpus)
 COMMAND="${1:-}"
 [ $# -gt 0 ] && shift
 while [ $# -gt 0 ]; do
@@ -51,10 +55,14 @@ while [ $# -gt 0 ]; do
     --cluster) shift; CLUSTER_NAME="$1" ;;
     --multinode) MULTINODE=1 ;;
     --single-node) MULTINODE=1; export SLURM_MULTINODE=0 ;;
+    --gpus) shift; GPUS="$1" ;;
     *) break ;;
   esac
   shift
 done
+if [ -n "$GPUS" ] && [ "$PRIVATE" != 1 ]; then
+  echo "[slurm] --gpus is for a private cluster (--private): the shared one keeps its configuration" >&2; exit 2
+fi
 if [ "$PRIVATE" = 1 ]; then
   [ -n "${SLURM_STATE:-}" ] || { echo "[slurm] --private needs SLURM_STATE (its own directory)" >&2; exit 2; }
   ETC="$STATE/etc"
@@ -101,6 +109,12 @@ accounting_config() {
   [ "$ACCOUNTING" = no_job_comment ] && return
   echo "# job comments in accounting: a retry finds a job by the mark its try put there (torchx_airflow.schedulers.slurm)"
   echo "AccountingStoreFlags=job_comment"
+}
+
+gres_config() {  # slurm.conf lines of the --gpus GRES
+  [ -n "$GPUS" ] || return 0
+  echo "GresTypes=gpu"
+  [ "$ACCOUNTING" = none ] || echo "AccountingStorageTRES=gres/gpu,gres/gpu:${GPUS%%:*}"
 }
 
 write_configs() {
@@ -153,6 +167,7 @@ SlurmdPidFile=$STATE/run/slurmd-%n.pid
 SlurmctldLogFile=$STATE/log/slurmctld.log
 SlurmdLogFile=$STATE/log/slurmd-%n.log
 $(accounting_config)
+$(gres_config)
 JobAcctGatherType=jobacct_gather/linux
 JobCompType=jobcomp/none
 # a node set DOWN by hand (scontrol update nodename=N state=down reason=R) stays down until
@@ -173,10 +188,17 @@ MpiDefault=none
 JobRequeue=0
 PreemptType=preempt/partition_prio
 PreemptMode=CANCEL
-NodeName=$HOST CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
+NodeName=$HOST CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN${GPUS:+ Gres=gpu:$GPUS}
 PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 $(ns_config)
 CONF
+  [ -n "$GPUS" ] || return 0
+  local i last=$(( ${GPUS##*:} - 1 ))
+  mkdir -p "$STATE/dev"
+  for i in $(seq 0 "$last"); do
+    [ -e "$STATE/dev/gpu$i" ] || mknod "$STATE/dev/gpu$i" c 1 3  # /dev/null's numbers
+  done
+  echo "NodeName=$HOST Name=gpu Type=${GPUS%%:*} File=$STATE/dev/gpu[0-$last]" > "$ETC/gres.conf"
 }
 
 ns_config() {  # the namespace nodes and their partitions, when they are up

@@ -29,13 +29,17 @@ USERS = "admin:admin,ana:viewer:research,bob:viewer:finance,carol:viewer:researc
 PASSWORDS = {"admin": "admin-pw", "ana": "ana-pw", "bob": "bob-pw", "carol": "carol-pw", "dave": "dave-pw"}
 BUNDLE = "dags-folder"
 FINANCE_BUNDLE = "finance-dags"
+PRICES = {"cpu_hour": 0.05, "mem_gb_hour": 0.01, "currency": "USD"}
 
 
 def _conns(store_root) -> dict[str, str]:
     store = {"root": str(store_root), "storage_options": {"token": STORE_SECRET}}
     return {
         "AIRFLOW_CONN_TORCHX_DEFAULT": json.dumps(
-            {"conn_type": "torchx", "extra": {"scheduler": "local_cwd", "trackers": ["view_fs"]}}
+            {
+                "conn_type": "torchx",
+                "extra": {"scheduler": "local_cwd", "trackers": ["view_fs"], "prices": PRICES},
+            }
         ),
         "AIRFLOW_CONN_VIEW_FS": json.dumps({"conn_type": "torchx_fsspec", "extra": store}),
     }
@@ -188,6 +192,35 @@ def test_json_graph_of_a_dag_run(runs, client):
     assert other["airflow"]["dag_id"] == "tx_view_finetune"
     assert other["airflow"]["run_id"] == finetune.run_id and other["airflow"]["state"] == "success"
     assert graph["trackers"] == ["view_fs"]
+
+
+def test_each_run_shows_its_usage_and_the_header_their_sum(runs, client):
+    from torchx_airflow.plugins.usage_view import total_text
+
+    _, pipeline, finetune = runs
+    graph = _graph(client, "tx_view_pipeline", pipeline.run_id, depth=3)
+    own = [run for run in graph["runs"] if run["in_dag_run"]]
+    assert len(own) == 4
+    for run in own:
+        airflow = run["airflow"]
+        result = pipeline.xcom(airflow["task_id"], map_index=airflow["map_index"])
+        usage = run["usage"]
+        assert usage["source"] == "process" and usage["elapsed_s"] == result["usage"]["elapsed_s"]
+        assert usage["cpu_time_s"] == result["usage"]["cpu_time_s"]
+        assert usage["cpu_hours"] == result["usage"]["totals"]["cpu_hours"]
+        assert usage["cost"] == result["cost"]["actual"]["total"] and usage["currency"] == "USD"
+    total = graph["usage_total"]
+    assert total["runs"] == total["runs_with_usage"] == 4
+    for key in ("elapsed_s", "cpu_time_s", "cpu_hours", "mem_gb_hours"):
+        assert total[key] == pytest.approx(sum(run["usage"][key] for run in own), rel=1e-12), key
+    assert total["cost"] == {"USD": pytest.approx(sum(run["usage"]["cost"] for run in own), rel=1e-12)}
+    # a run of another DAG run shows its usage, from the tracker's metadata, and is not in the sum
+    other = next(run for run in graph["runs"] if not run["in_dag_run"])
+    assert other["usage"]["elapsed_s"] == finetune.xcom("finetune")["usage"]["elapsed_s"]
+    path = f"/torchx/lineage/tx_view_pipeline/{urllib.parse.quote(pipeline.run_id, safe='')}"
+    page = client.get(path, headers=_token(client, "admin")).text
+    assert f'<div class="stats usage-total">{html.escape(total_text(total))}</div>' in page
+    assert page.count('<text class="usage"') == 5
 
 
 def test_parents_from_another_dag_to_the_chosen_depth(runs, client):

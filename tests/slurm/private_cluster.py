@@ -41,15 +41,17 @@ class PrivateSlurm:
         default keeps it) or ``none`` (no slurmdbd: no ``sacct``).
     :param multinode: also the namespace nodes ``nodes`` (``<name>-n1``, ``<name>-n2``) in the
         partitions ``multi`` (preemptible) and ``urgent``.
+    :param gpus: ``TYPE:COUNT`` GPUs on the node, as a GRES (``cluster.sh --gpus``); none by default.
     """
 
-    def __init__(self, accounting: str = "full", multinode: bool = False) -> None:
+    def __init__(self, accounting: str = "full", multinode: bool = False, gpus: str = "") -> None:
         # short: slurmd's unix sockets live under the state directory (108-byte path limit)
         self.state = Path(tempfile.mkdtemp(prefix="txslurm-", dir="/tmp"))
         self.name = f"tx{uuid.uuid4().hex[:8]}"
         self.accounting = accounting
         self.multinode = multinode
         self.nodes = [f"{self.name}-n1", f"{self.name}-n2"] if multinode else []
+        self.gpus = gpus  # "TYPE:COUNT": the node's GPUs, a GRES (cluster.sh --gpus)
         ctld, slurmd, dbd = _free_ports(3)
         self.env = {
             "SLURM_STATE": str(self.state),
@@ -64,6 +66,7 @@ class PrivateSlurm:
         cmd = ["bash", str(CLUSTER), args[0], "--private", *flags[self.accounting], "--cluster", self.name]
         if self.multinode:
             cmd.append("--multinode")
+        cmd += ["--gpus", self.gpus] if self.gpus else []
         proc = subprocess.run(
             [*cmd, *args[1:]], env={**os.environ, **self.env}, capture_output=True, text=True, timeout=timeout
         )
@@ -106,9 +109,11 @@ class PrivateSlurm:
 
 
 @contextlib.contextmanager
-def private_slurm(accounting: str = "full", multinode: bool = False) -> Iterator[PrivateSlurm]:
+def private_slurm(
+    accounting: str = "full", multinode: bool = False, gpus: str = ""
+) -> Iterator[PrivateSlurm]:
     """A private cluster for the block; stopped (by pid file) and removed after, namespaces included."""
-    cluster = PrivateSlurm(accounting, multinode)
+    cluster = PrivateSlurm(accounting, multinode, gpus)
     try:
         cluster.up()
         yield cluster

@@ -21,6 +21,7 @@ class FakeSchedulerHook:
     """Fake scheduler: answers ``status`` from a script (an exception in it is raised once)."""
 
     scheduler = "slurm"
+    torchx_conn_id = "torchx_default"
     cfg: dict[str, Any] = {}
     settings = TorchXConnectionSettings(scheduler="slurm")
 
@@ -82,6 +83,16 @@ class FakeSchedulerHook:
 
     def log_streams(self, handle: str) -> tuple:
         return ()
+
+    #: whether the scheduler keeps an accounting of usage (Slurm does), and what ``usage`` answers
+    accounts = True
+    usage_answer: dict[str, Any] | None = None
+
+    def accounts_usage(self, scheduler: str) -> bool:
+        return self.accounts
+
+    def usage(self, handle: str) -> dict[str, Any] | None:
+        return self.usage_answer
 
     def close(self) -> None:
         pass

@@ -104,6 +104,29 @@ CONNECTION_ROWS = [
     # torchx: trackers
     row(TX, {"extra": {"trackers": "[oops"}}, "'[oops'", '["torchx_fsspec_default"', "trackers-json"),
     row(TX, {"extra": {"trackers": {"a": 1}}}, "{'a': 1}", '["torchx_fsspec_default"', "trackers-object"),
+    # torchx: prices
+    row(TX, {"extra": {"prices": "{cpu"}}, "'{cpu'", '{"prices": {"cpu_hour": 0.05', "prices-json"),
+    row(TX, {"extra": {"prices": [0.05]}}, "got [0.05]", '{"prices": {"cpu_hour"', "prices-not-object"),
+    row(TX, {"extra": {"prices": {"cpu_hours": 1}}}, "'cpu_hours'", "Did you mean 'cpu_hour'?", "prices-key"),
+    row(TX, {"extra": {"prices": {"cpu_hour": -1}}}, "got -1", "0 or more", "prices-negative"),
+    row(TX, {"extra": {"prices": {"cpu_hour": "5"}}}, "got '5'", "a number", "prices-text"),
+    row(
+        TX,
+        {"extra": {"prices": {"gpu_hour": {"a100": True}}}},
+        "'gpu_hour.a100' must be a price",
+        "got True",
+        "prices-gpu-bool",
+    ),
+    row(
+        TX,
+        {"extra": {"prices": {"currency": "EUR"}}},
+        "has no price",
+        "'cpu_hour', 'gpu_hour'",
+        "prices-none",
+    ),
+    row(
+        TX, {"extra": {"prices": {"cpu_hour": 1, "currency": 3}}}, "got 3", 'such as "USD"', "prices-currency"
+    ),
     # torchx_fsspec: root
     row(FS, {"extra": {}}, "got None", "AIRFLOW_CONN_TORCHX_FSSPEC_DEFAULT=", "root-missing"),
     row(FS, {"extra": {"root": 5}}, "got 5", "s3://bucket/prefix", "root-not-str"),
@@ -294,6 +317,15 @@ OPERATOR_ROWS = [
     pytest.param({"scheduler": "slurmm"}, "the task's 'scheduler'", "Did you mean 'slurm'?", id="scheduler"),
     pytest.param({"poll_interval": 0}, "got 0", "positive number of seconds", id="poll_interval"),
     pytest.param({"max_log_lines": -1}, "got -1", "0 or more", id="max_log_lines"),
+    pytest.param(
+        {"max_cost": 0}, "max_cost must be a positive number, got 0", "max_cost=25.0", id="max_cost"
+    ),
+    pytest.param(
+        {"expected_duration": "1h"},
+        "got '1h'",
+        "expected_duration=timedelta(hours=2)",
+        id="expected_duration",
+    ),
 ]
 
 

@@ -38,6 +38,7 @@ def test_provider_info_lists_every_class_and_they_import():
         "trackers",
         "outage_timeout",
         "infrastructure_retries",
+        "prices",
     }
     assert set(conns["torchx_fsspec"]["conn-fields"]) == {"root", "storage_options"}
     assert set(conns["mlflow"]["conn-fields"]) == {"experiment"}

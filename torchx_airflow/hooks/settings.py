@@ -3,13 +3,15 @@
 Connection extra (all optional)::
 
     {"scheduler": "slurm", "cfg": {"partition": "gpu", "time": "01:00:00"}, "trackers": ["mlflow_default"],
-     "env_passthrough": ["CUDA_HOME", "NCCL_*"], "outage_timeout": 1800, "infrastructure_retries": 3}
+     "env_passthrough": ["CUDA_HOME", "NCCL_*"], "outage_timeout": 1800, "infrastructure_retries": 3,
+     "prices": {"cpu_hour": 0.05, "gpu_hour": {"a100": 2.5, "default": 1.0}, "mem_gb_hour": 0.005}}
 
 ``outage_timeout``: seconds a wait on this connection's scheduler goes on while the scheduler gives
 no answer (a task's own ``outage_timeout`` wins; unset: ``[torchx] outage_timeout``, 600 s).
 ``infrastructure_retries``: how many times a job that a node failure or a preemption ended is
 resubmitted within the task's try (a task's own wins; unset: ``[torchx] infrastructure_retries``, 3;
 see ``torchx_airflow.resubmission``).
+``prices``: the price table that turns a run's usage into a cost (``torchx_airflow.pricing``).
 
 Also the parsers other connection types share: a JSON-object extra, the list of known extra keys.
 """
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from torchx_airflow.exceptions import TorchXConfigError, TorchXConnectionError
+from torchx_airflow.pricing import PriceTable
 from torchx_airflow.schedulers.env import parse_env_passthrough
 
 DEFAULT_SCHEDULER = "local_cwd"
@@ -39,6 +42,7 @@ class TorchXConnectionSettings:
     env_passthrough: tuple[str, ...] = ()
     outage_timeout: float | None = None
     infrastructure_retries: int | None = None
+    prices: PriceTable | None = None
 
     @classmethod
     def from_extra(cls, conn_id: str, extra: Mapping[str, Any]) -> TorchXConnectionSettings:
@@ -64,6 +68,7 @@ class TorchXConnectionSettings:
             env_passthrough=parse_env_passthrough(conn_id, get("env_passthrough")),
             outage_timeout=_parse_outage_timeout(conn_id, get("outage_timeout")),
             infrastructure_retries=_parse_infrastructure_retries(conn_id, get("infrastructure_retries")),
+            prices=PriceTable.from_extra(conn_id, get("prices")),
         )
 
 

@@ -386,6 +386,20 @@ class TorchXHook(BaseHook):
             raise LookupError(f"The scheduler gave no status for TorchX app {app_handle}; ask again.")
         return answer[app_handle]
 
+    def accounts_usage(self, scheduler: str) -> bool:
+        """Whether ``scheduler`` keeps its own accounting of what apps used (``usage``)."""
+        from torchx_airflow.schedulers import support_class
+
+        return support_class(scheduler).accounts_usage
+
+    def usage(self, app_handle: str) -> dict[str, Any] | None:
+        """What the ended app used, from its scheduler's own accounting (``SchedulerSupport.usage``:
+        Slurm's ``sacct``, local_cwd's process accounting); None when the scheduler keeps none.
+        Raises when the accounting cannot be read."""
+        parsed = AppHandle.parse(app_handle)
+        support = self.support(parsed.scheduler)
+        return self._call(lambda: support.usage(parsed.app_id))
+
     def wait(self, app_handle: str, wait_interval: float = 10) -> AppStatus | None:
         """Block until the app is terminal; None if its scheduler does not know it.
 

@@ -9,6 +9,7 @@ MLflow, s3fs or docker module.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import ResumableJobMixin
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
     from torchx_airflow.durable import DurableSubmission
     from torchx_airflow.resubmission import Resubmission
+    from torchx_airflow.usage import RunAccounting
     from torchx_airflow.waiting import WorkerWait
 
 
@@ -99,6 +101,16 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
     :param artifact_assets: artifact name -> ``Asset`` or ``AssetAlias`` of the task's ``outlets``:
         when the app SUCCEEDS, the asset event carries the app handle, the artifact's path and
         metadata, and the try number (see :mod:`torchx_airflow.assets`).
+    :param expected_duration: how long the app is expected to run (a ``timedelta`` or seconds), for
+        the cost estimate when the connection has a price table; without it, the elapsed time of the
+        task's last successful run (see :mod:`torchx_airflow.usage`).
+    :param max_cost: fail before submitting anything when the estimated cost is over this amount
+        (in the price table's currency); needs a price table on the connection and a duration.
+
+    When the app ends, the result's ``usage`` holds what it used by the scheduler's own accounting
+    (Slurm: ``sacct``; local_cwd: the replica processes; others: requested resources x elapsed) and,
+    with a price table, ``cost`` its estimate and actual cost; the same go to the trackers' metadata
+    (``torchx_usage``, ``torchx_cost``), also for an app that failed.
 
     Other parameters are those of :class:`TorchXDryRunOperator`.
     """
@@ -119,9 +131,14 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         infrastructure_retries: int | None = None,
         checkpoint_artifact: str = "checkpoint",
         artifact_assets: Mapping[str, Asset | AssetAlias] | None = None,
+        expected_duration: timedelta | float | None = None,
+        max_cost: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        from torchx_airflow.pricing import check_cost_params
+
+        self.expected_duration, self.max_cost = check_cost_params(self.task_id, expected_duration, max_cost)
         for name, seconds in (("tracker_timeout", tracker_timeout), ("poll_interval", poll_interval)):
             if seconds <= 0:
                 raise TorchXConfigError(f"{name} must be a positive number of seconds, got {seconds!r}.")
@@ -183,6 +200,13 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
             self.hook, store, self.external_id_key, self.task_id, self.log, self._outage_budget()
         )
 
+    @cached_property
+    def _accounting(self) -> RunAccounting:
+        """The app's cost estimate before it is submitted, its usage and cost when it ends."""
+        from torchx_airflow.usage import RunAccounting
+
+        return RunAccounting(self.hook, self.task_id, self.max_cost, self.expected_duration, self.log)
+
     def submit_job(self, context: Context) -> str:
         # An earlier try's job that the infrastructure ended (its status was just asked) continues
         # its attempts, resuming from its checkpoint, instead of starting a new job from scratch.
@@ -198,8 +222,10 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
     def _submit(self, app: AppDef, context: Context) -> str:
         # the task resubmits a job the infrastructure ended, resuming it: the scheduler must not
         dryrun, _ = self.dryrun(app, resubmits=self._resubmission(context).budget > 0)
+        self._accounting.before_submit(app, context)  # raises over max_cost: nothing submitted
         self.trackers.check_within(self.tracker_timeout, f"Task {self.task_id!r}")
         app_handle = self._durable(context).submit(dryrun)
+        self._accounting.submitted(app_handle, context)
         self._submitted_here = True
         self.log.info("Submitted TorchX app %s", app_handle)
         self._publish_handle(app_handle, context)
@@ -277,6 +303,9 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         attempt = resubmission.next_attempt(app_handle, state, reason)
         if attempt is None:
             return None
+        # what the ended job used (and cost) stays with its attempt: the result's usage is the last job's
+        usage, cost = self._accounting.at_end(app_handle, self._app, state, True, context)
+        resubmission.attempts.annotate(app_handle, usage=usage, cost=cost)
         from torchx_airflow.resubmission import with_resume_env
 
         app = with_resume_env(self._app, attempt.number, attempt.resume_from)
@@ -330,6 +359,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
 
         self._publish_handle(app_handle, context)
         attempts = self._resubmission(context).attempts.summary(app_handle, summary.get("state"))
+        usage, cost = self._accounting.at_end(app_handle, self._app, summary["state"], terminal, context)
         return finish_run(
             context,
             app_handle,
@@ -339,6 +369,8 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
             self.tracker_timeout,
             self.artifact_assets,
             self.log,
+            usage=usage,
+            cost=cost,
         )
 
     # deferrable
@@ -434,6 +466,10 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         resubmission = self.__dict__.get("_resubmission_of")
         if resubmission is not None and self._app_handle and "attempts" not in outcome:  # a failed run
             outcome["attempts"] = resubmission.attempts.summary(self._app_handle, outcome.get("state"))
+        accounting = self.__dict__.get("_accounting")
+        if accounting is not None and accounting.usage is not None:  # also a failed app's (no result)
+            outcome.setdefault("usage", accounting.usage)
+            outcome.setdefault("cost", accounting.cost)
         parents = openlineage.lineage_parents(outcome, store, task_instance, self)
         return openlineage.lineage_on_end(app, scheduler, outcome, parents, store, produced)
 

@@ -1,10 +1,10 @@
 """What Airflow knows about a DAG run's tracked runs, read from the metadata DB in a few queries.
 
 Each TorchX task pushes XCom ``torchx_run_id`` (its app handle), ``app_handle``, its result
-(``return_value``: the app's final state) and, when there are any, ``ui_url`` and ``tracker_url``;
-a ``@task`` with ``task_app_run`` pushes ``torchx_run_id``. The trackers a task used are its
-rendered ``tracker_conn_ids`` or, when that is None, the ``trackers`` of its rendered
-``torchx_conn_id`` connection (``torchx_default`` for a task without those fields).
+(``return_value``: the app's final state, its usage and cost) and, when there are any, ``ui_url``
+and ``tracker_url``; a ``@task`` with ``task_app_run`` pushes ``torchx_run_id``. The trackers a
+task used are its rendered ``tracker_conn_ids`` or, when that is None, the ``trackers`` of its
+rendered ``torchx_conn_id`` connection (``torchx_default`` for a task without those fields).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from torchx_airflow.dag_lineage import XCOM_RUN_ID
 from torchx_airflow.hooks.torchx import TorchXHook
 from torchx_airflow.links.torchx import XCOM_TRACKER_URL, XCOM_UI_URL
 from torchx_airflow.plugins.graph import AirflowTask, LineageGraph, RunNode, Seed
+from torchx_airflow.plugins.usage_view import RunUsage
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -117,6 +118,9 @@ def _seed(dag_id: str, run_id: str, task_id: str, map_index: int, state: Any, xc
         task=AirflowTask(dag_id, run_id, task_id, map_index, str(state) if state else None),
         app_state=result.get("state") if isinstance(result, dict) else None,
         links=links,
+        usage=RunUsage.from_values(result.get("usage"), result.get("cost"))
+        if isinstance(result, dict)
+        else None,
     )
 
 
@@ -235,3 +239,4 @@ def _enrich_dag(session: Session, dag_id: str, runs: list[tuple[RunNode, Airflow
         task.state = seed.task.state if seed.task else None
         run.app_state = seed.app_state
         run.links.update(seed.links)
+        run.usage = seed.usage or run.usage

@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.apps import AIRFLOW_RUN_SCHEME, AppHandle
 from torchx_airflow.dag_lineage import AIRFLOW_IDENTITY_KEYS, ATTEMPT_KEY, ENDED_BY_KEY
+from torchx_airflow.plugins.usage_view import RunUsage, usage_total
 from torchx_airflow.plugins.walk import Walk, parallel_map
+from torchx_airflow.usage import COST_KEY, USAGE_KEY
 
 if TYPE_CHECKING:
     from torchx.tracker.api import TrackerBase
@@ -76,6 +78,7 @@ class Seed:
     task: AirflowTask | None = None
     app_state: str | None = None  # TorchX AppState name from the task's result, e.g. "SUCCEEDED"
     links: dict[str, str] = field(default_factory=dict)
+    usage: RunUsage | None = None  # from the task's result
 
 
 @dataclass
@@ -107,6 +110,7 @@ class RunNode:
     links: dict[str, str] = field(default_factory=dict)
     artifacts: list[Artifact] = field(default_factory=list)
     hidden: bool = False  # a run of a DAG the user may not read: its id is opaque, nothing else shown
+    usage: RunUsage | None = None  # what the run used and cost, as its task recorded it
 
     @property
     def scheduler(self) -> str | None:
@@ -154,6 +158,7 @@ class RunNode:
             "links": dict(self.links),
             "artifacts": [a.node_id for a in self.artifacts],
             "hidden": self.hidden,
+            "usage": self.usage.to_dict() if self.usage is not None else None,
         }
 
     def map_text(self, fn: Callable[[str], str]) -> RunNode:
@@ -170,6 +175,7 @@ class RunNode:
             {key: fn(url) for key, url in self.links.items()},
             [Artifact(fn(a.run_id), fn(a.name), fn(a.path)) for a in self.artifacts],
             self.hidden,
+            self.usage,
         )
 
 
@@ -214,6 +220,11 @@ class LineageGraph:
     def artifacts(self) -> list[Artifact]:
         return [a for run in self.runs.values() for a in run.artifacts]
 
+    @property
+    def usage_total(self) -> dict[str, Any]:
+        """The usage and cost of the DAG run's own runs, summed (``plugins.usage_view.usage_total``)."""
+        return usage_total(run.usage for run in self.runs.values() if run.in_dag_run)
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON form of the whole graph."""
         return {
@@ -222,6 +233,7 @@ class LineageGraph:
             "max_runs": self.max_runs,
             "runs_not_shown": self.runs_not_shown,
             "cut": self.cut,
+            "usage_total": self.usage_total,
             "runs": [run.to_dict() for run in self.runs.values()],
             "artifacts": [a.to_dict() for a in self.artifacts],
             "edges": [e.to_dict() for e in self.edges],
@@ -282,10 +294,11 @@ def _airflow_task(metadata: Mapping[str, object]) -> AirflowTask | None:
     )
 
 
-def _details(store: TrackerBase, run_id: str) -> tuple[AirflowTask | None, list[Artifact]]:
-    task = _airflow_task(store.metadata(run_id))
+def _details(store: TrackerBase, run_id: str) -> tuple[AirflowTask | None, list[Artifact], RunUsage | None]:
+    metadata = store.metadata(run_id)
+    task = _airflow_task(metadata)
     artifacts = [Artifact(run_id, name, str(a.path)) for name, a in sorted(store.artifacts(run_id).items())]
-    return task, artifacts
+    return task, artifacts, RunUsage.from_values(metadata.get(USAGE_KEY), metadata.get(COST_KEY))
 
 
 def build_graph(
@@ -315,8 +328,10 @@ def build_graph(
         cut |= walk.cut
         for key, names in walk.edges.items():
             edges.setdefault(key, set()).update(names)
-        for run_id, (task, artifacts) in details.items():
-            graph.runs[run_id] = RunNode(run_id, walk.distance[run_id], task=task, artifacts=artifacts)
+        for run_id, (task, artifacts, usage) in details.items():
+            graph.runs[run_id] = RunNode(
+                run_id, walk.distance[run_id], task=task, artifacts=artifacts, usage=usage
+            )
         for seed in seeds:
             if seed.run_id in graph.runs:
                 _mark_seed(graph.runs[seed.run_id], seed)
@@ -335,11 +350,12 @@ def _mark_seed(node: RunNode, seed: Seed) -> None:
         node.task.ended_by = node.task.ended_by or recorded.ended_by
     node.app_state = seed.app_state
     node.links.update(seed.links)
+    node.usage = seed.usage or node.usage
 
 
 def _read_store(
     store: TrackerBase, seeds: Sequence[Seed], depth: int, known: Mapping[str, RunNode], budget: int
-) -> tuple[Walk, dict[str, tuple[AirflowTask | None, list[Artifact]]]]:
+) -> tuple[Walk, dict[str, tuple[AirflowTask | None, list[Artifact], RunUsage | None]]]:
     """One store's walk from its seeds, and the details of the runs not already known."""
     walk = Walk(store, depth, budget=max(0, budget))
     walk.run(seed.run_id for seed in seeds)

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 from torchx_airflow.plugins.graph import HIDDEN_LABEL, Edge, LineageGraph, RunNode
 from torchx_airflow.plugins.text import link_target, strip_userinfo
+from torchx_airflow.plugins.usage_view import total_text
 
-CARD_W, CARD_H = 290, 96
+CARD_W, CARD_H = 290, 112
 ART_H, ART_GAP, ART_INDENT = 40, 8, 26
 GAP_X, GAP_Y, PAD = 90, 26, 24
 SWEEPS = 4
@@ -166,10 +167,14 @@ def _card(p: Placed, selected: bool) -> str:
     handle = "" if node.hidden else node.handle or node.run_id
     label = "Hidden run" if node.hidden else node.label
     pill_w = 7.6 * len(state) + 16
+    usage = node.usage.text() if node.usage is not None and not node.hidden else ""
+    title = node.run_id
+    if node.usage is not None and not node.hidden:
+        title += f"\nusage ({node.usage.source}): {usage}"
     parts = [
         f'<g class="{" ".join(classes)}" data-run="{_esc(node.run_id)}" '
         f'transform="translate({x:.0f},{y:.0f})">',
-        f"<title>{_esc(node.run_id)}</title>",
+        f"<title>{_esc(title)}</title>",
         f'<rect class="card" width="{CARD_W}" height="{CARD_H}" rx="10"/>',
         f'<rect class="bar" width="6" height="{CARD_H}" rx="3"/>',
         f'<text class="label" x="18" y="24">{_esc(_fit(label, 26))}</text>',
@@ -177,7 +182,8 @@ def _card(p: Placed, selected: bool) -> str:
         f'<text class="pilltext" x="{CARD_W - pill_w / 2 - 10}" y="23">{_esc(state)}</text>',
         f'<text class="where" x="18" y="45">{_esc(_fit_middle(where, 36))}</text>',
         f'<text class="handle" x="18" y="64">{_esc(_fit_middle(handle, 40))}</text>',
-        f'<g class="links">{_links(node.links, 18, 85)}</g>',
+        f'<text class="usage" x="18" y="83">{_esc(_fit(usage, 42))}</text>' if usage else "",
+        f'<g class="links">{_links(node.links, 18, 103)}</g>',
     ]
     ay = CARD_H + ART_GAP
     for artifact in node.artifacts:
@@ -305,6 +311,7 @@ def render_page(
     <a class="json" href="{_esc(json_url)}" target="_blank" rel="noopener">JSON</a>
   </form>
   <div class="stats">{_esc(_stats(graph))} · trackers: {_esc(tracker_text)}</div>
+  <div class="stats usage-total">{_esc(total_text(graph.usage_total))}</div>
   <div class="legend"><span class="key ok">succeeded</span><span class="key run">running</span>
     <span class="key bad">failed</span><span class="key seed-key">this DAG run</span>
     <span class="key other-key">earlier DAG run or other DAG</span>

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from torchx.runner import Runner
@@ -31,6 +31,9 @@ class SchedulerSupport:
     #: Whether a submission marked with ``stamp`` can be found again with ``find_submission``: what
     #: lets a retry reattach to a job whose submitter died before it could record the handle.
     finds_submissions: bool = False
+    #: Whether ``usage`` reads what an app used from the scheduler's own accounting; without it the
+    #: task counts the requested resources x the time from submission to the end.
+    accounts_usage: bool = False
 
     def __init__(self, name: str, runner: Runner) -> None:
         self.name = name
@@ -120,6 +123,15 @@ class SchedulerSupport:
 
     def submitted(self, app_id: str, dryrun_info: AppDryRunInfo) -> None:
         """Called after ``dryrun_info`` was submitted as ``app_id``: remember what later calls need."""
+
+    def usage(self, app_id: str) -> dict[str, Any] | None:
+        """What the ended app used, from the scheduler's own accounting: a JSON-safe dict with
+        ``source`` (``"sacct"``, ``"process"``...), ``elapsed_s`` and ``cpu_time_s``, and ``totals``
+        (``cpu_hours``, ``gpu_hours`` by GPU type, ``mem_gb_hours``) when the scheduler allocates
+        resources itself; None when it keeps no such accounting (``torchx_airflow.usage`` then counts
+        the requested resources x elapsed). Raises when the accounting cannot be read.
+        """
+        return None
 
 
 def environ_subset(environ: Mapping[str, str], patterns: Iterable[str]) -> dict[str, str]:

@@ -30,7 +30,7 @@ import subprocess
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.exceptions import TorchXConfigError
 from torchx_airflow.schedulers.base import SchedulerSupport
@@ -278,6 +278,7 @@ class SlurmSupport(SchedulerSupport):
     # sbatch's own configuration and input variables
     launcher_env_patterns = ("SLURM_*", "SBATCH_*")
     finds_submissions = True
+    accounts_usage = True
 
     def stamp(self, dryrun_info: AppDryRunInfo, token: str) -> None:
         """Add the submission mark to the job's ``--comment`` (after the cfg's own comment, if any)."""
@@ -401,6 +402,22 @@ class SlurmSupport(SchedulerSupport):
             if app_id not in self._workdirs:
                 self._by_app(squeue_rows([app_id]) or [])
         return self._workdirs.get(app_id)
+
+    def usage(self, app_id: str) -> dict[str, Any] | None:
+        """Elapsed time, CPU time, allocated TRES and peak memory of every allocation and step, from
+        one ``sacct`` (``schedulers.slurm_usage``); None without accounting or for a job it lacks."""
+        if not is_job_id(app_id) or (
+            self._accounting_config is not None and not self._accounting_config.enabled
+        ):
+            return None
+        from torchx_airflow.schedulers.slurm_usage import sacct_usage
+
+        try:
+            return sacct_usage(app_id, COMMAND_TIMEOUT)
+        except (RuntimeError, OSError, subprocess.SubprocessError):
+            if self._accounting_enabled():
+                raise
+            return None  # a cluster without accounting: there is nothing to read
 
     def log_streams(self) -> tuple[str | None, ...]:
         return ("stdout", "stderr")
