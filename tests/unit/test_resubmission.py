@@ -40,7 +40,7 @@ class CheckpointStore:
     def __init__(self, has_checkpoint: bool = True) -> None:
         self.has_checkpoint = has_checkpoint
         self.edges: list[tuple[str, str, str | None]] = []
-        self.metadata: dict[str, dict[str, Any]] = {}
+        self.written: dict[str, dict[str, Any]] = {}
 
     def artifacts(self, run_id: str) -> dict[str, Any]:
         if not self.has_checkpoint:
@@ -50,8 +50,14 @@ class CheckpointStore:
     def add_source(self, run_id: str, source_id: str, artifact_name: str | None = None) -> None:
         self.edges.append((run_id, source_id, artifact_name))
 
+    def metadata(self, run_id: str) -> dict[str, Any]:
+        return dict(self.written.get(run_id, {}))
+
+    def sources(self, run_id: str) -> list[Any]:
+        return []
+
     def add_metadata(self, run_id: str, **kv: Any) -> None:
-        self.metadata.setdefault(run_id, {}).update(kv)
+        self.written.setdefault(run_id, {}).update(kv)
 
 
 class FakeTrackers:
@@ -110,10 +116,16 @@ def test_a_job_the_infrastructure_ended_runs_again_in_the_same_try_from_its_chec
     assert attempts[0]["reason"] == reason and attempts[0]["elapsed_s"] >= 0
     assert attempts[1]["resumed_from"] == "/ckpt/4242"
     assert tracker.edges == [(SECOND, HANDLE, "checkpoint")]  # lineage: attempt 2 <- attempt 1
-    assert tracker.metadata == {
+    recorded = {
+        run: {k: v for k, v in kv.items() if k.startswith("airflow_")} for run, kv in tracker.written.items()
+    }
+    assert recorded == {
         HANDLE: {"airflow_attempt": 1, "airflow_attempt_ended_by": reason},
         SECOND: {"airflow_attempt": 2},
     }
+    # each job's usage: the ended one's with its attempt (and in its run), the last one's in the result
+    assert attempts[0]["usage"]["source"] == "requested" and "torchx_usage" in tracker.written[HANDLE]
+    assert result["usage"] == tracker.written[SECOND]["torchx_usage"]
 
 
 @pytest.mark.parametrize("ended", [EXIT_1, TIMEOUT, OOM], ids=["exit_1", "timeout", "oom"])

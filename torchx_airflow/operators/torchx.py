@@ -306,6 +306,14 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         # what the ended job used (and cost) stays with its attempt: the result's usage is the last job's
         usage, cost = self._accounting.at_end(app_handle, self._app, state, True, context)
         resubmission.attempts.annotate(app_handle, usage=usage, cost=cost)
+        if self.trackers:
+            from torchx_airflow.retry import call_within
+            from torchx_airflow.usage import record_usage
+
+            what = f"Recording the usage of {app_handle}"
+            call_within(
+                self.tracker_timeout, what, lambda: record_usage(self.trackers, app_handle, usage, cost)
+            )
         from torchx_airflow.resubmission import with_resume_env
 
         app = with_resume_env(self._app, attempt.number, attempt.resume_from)
