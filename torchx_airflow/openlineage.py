@@ -12,7 +12,8 @@ store): nothing here knows the operator. Each returns an ``OperatorLineage`` wit
 - datasets: one per TorchX run, namespace ``torchx://<scheduler>``, name ``<session>/<app_id>``, an
   output of its own task and an input of every child task; each tracker artifact, named by the
   OpenLineage naming spec for its URI, an output of the app that recorded it and an input of the
-  child apps whose arguments name it.
+  child apps whose arguments or env values name it (the edges the trackers record with that
+  artifact's name).
 
 :func:`parent_run_env` gives the job ``OPENLINEAGE_PARENT_ID`` and ``OPENLINEAGE_ROOT_PARENT_ID``,
 so OpenLineage events the training job emits itself nest under the Airflow task's run.
@@ -44,6 +45,7 @@ log = logging.getLogger(__name__)
 RUN_NAMESPACE_PREFIX = "torchx://"
 APP_FACET = "torchx_app"
 RUN_FACET = "torchx_run"
+ARTIFACT_FACET = "torchx_artifact"
 # Every facet names a schema URI; these two are this provider's own (documented in its README).
 FACET_SCHEMA = "urn:torchx-airflow:openlineage:{}:1"
 PARENT_ENV = "OPENLINEAGE_PARENT_ID"
@@ -111,11 +113,15 @@ def _named(naming: Any) -> tuple[str, str]:
     return naming.get_namespace(), naming.get_name()
 
 
-def _dataset(kind: str, namespace: str, name: str) -> Dataset:
+def _dataset(kind: str, namespace: str, name: str, artifact: tuple[str, str] | None = None) -> Dataset:
+    """A dataset; ``artifact`` (name, run id) adds facet ``torchx_artifact``: which artifact it is."""
     from openlineage.client.event_v2 import InputDataset, OutputDataset
 
     cls = InputDataset if kind == "input" else OutputDataset
-    return cls(namespace=namespace, name=name)
+    if artifact is None:
+        return cls(namespace=namespace, name=name)
+    facet = _facet_classes()[2](artifactName=artifact[0], run=artifact[1])
+    return cls(namespace=namespace, name=name, facets={ARTIFACT_FACET: facet})
 
 
 def _unique(datasets: Iterable[Dataset]) -> list[Dataset]:
@@ -128,12 +134,12 @@ def _unique(datasets: Iterable[Dataset]) -> list[Dataset]:
 # facets
 
 
-def _facet_classes() -> tuple[type, type]:
-    """The two custom facet classes, defined on first use so this module imports without OpenLineage."""
+def _facet_classes() -> tuple[type, type, type]:
+    """The custom facet classes, defined on first use so this module imports without OpenLineage."""
     global _FACETS
     if _FACETS is None:
         import attr
-        from openlineage.client.facet_v2 import JobFacet, RunFacet
+        from openlineage.client.facet_v2 import DatasetFacet, JobFacet, RunFacet
 
         @attr.define
         class TorchXAppJobFacet(JobFacet):
@@ -161,30 +167,45 @@ def _facet_classes() -> tuple[type, type]:
             def _get_schema() -> str:
                 return FACET_SCHEMA.format("run-facet")
 
-        _FACETS = (TorchXAppJobFacet, TorchXRunFacet)
+        @attr.define
+        class TorchXArtifactDatasetFacet(DatasetFacet):
+            """A dataset that is a tracker artifact: its name, and the run that recorded it."""
+
+            artifactName: str  # noqa: N815
+            run: str
+
+            @staticmethod
+            def _get_schema() -> str:
+                return FACET_SCHEMA.format("artifact-dataset-facet")
+
+        _FACETS = (TorchXAppJobFacet, TorchXRunFacet, TorchXArtifactDatasetFacet)
     return _FACETS
 
 
-_FACETS: tuple[type, type] | None = None
+_FACETS: tuple[type, type, type] | None = None
 
 
 def app_job_facets(app: AppDef, scheduler: str | None) -> dict[str, Any]:
     """Job facets of ``app``: ``torchx_app`` (roles, images, entrypoints, replicas, resources, env names)."""
     from torchx_airflow.apps import summarize_role
 
-    app_facet, _ = _facet_classes()
+    app_facet = _facet_classes()[0]
     # role args can carry anything the DAG author templated in: they stay out of lineage events
     roles = [{k: v for k, v in summarize_role(role).items() if k != "args"} for role in app.roles]
     return {APP_FACET: app_facet(scheduler=scheduler, appName=app.name, roles=roles)}
 
 
 def run_facets(
-    app_handle: str, state: str, message: str = "", structured_error: str = "", sources: Sequence[str] = ()
+    app_handle: str,
+    state: str,
+    message: str = "",
+    structured_error: str = "",
+    sources: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Run facets of one TorchX run: ``torchx_run`` and the standard ``externalQuery``."""
     from openlineage.client.facet_v2 import external_query_run
 
-    _, run_facet = _facet_classes()
+    run_facet = _facet_classes()[1]
     namespace = run_dataset_name(app_handle)
     return {
         RUN_FACET: run_facet(
@@ -204,13 +225,17 @@ def run_facets(
 
 
 def consumed_artifacts(parent_artifacts: Mapping[str, Mapping[str, Any]], app: AppDef) -> list[str]:
-    """Paths of the parents' artifacts that ``app``'s arguments name (also inside ``a,b,c`` lists)."""
-    words = " ".join(str(arg) for role in app.roles for arg in [role.entrypoint, *role.args])
-    words += " " + strip_userinfo(words)  # recorded paths come without their user info
+    """Paths of the parents' artifacts that ``app``'s arguments or env values name (also inside
+    ``a,b,c`` lists), the same test as the artifact names of tracker edges
+    (``dag_lineage.artifact_labels``)."""
+    from torchx_airflow.apps import app_words, names_path
+
+    words = app_words(app)
+    words += "\n" + strip_userinfo(words)  # recorded paths come without their user info
     paths = []
     for artifact in parent_artifacts.values():
         path = str(artifact.get("path") or "")
-        if path and path in words:
+        if path and names_path(words, path):
             paths.append(path)
     return paths
 
@@ -220,16 +245,24 @@ def lineage_datasets(
     parents: Sequence[str],
     consumed: Sequence[str] = (),
     produced: Sequence[str] = (),
+    artifacts: Mapping[str, tuple[str, str]] | None = None,
 ) -> tuple[list[Dataset], list[Dataset]]:
-    """Inputs (the parents' runs, the artifacts consumed) and outputs (this run, its artifacts)."""
+    """Inputs (the parents' runs, the artifacts consumed) and outputs (this run, its artifacts);
+    ``artifacts`` (path -> artifact name and the run that recorded it) labels the artifacts'
+    datasets with facet ``torchx_artifact``."""
+    named = artifacts or {}
     inputs = [_dataset("input", *name) for name in map(run_dataset_name, parents) if name]
-    inputs += [_dataset("input", *artifact_dataset_name(path)) for path in consumed]
+    inputs += [_dataset("input", *artifact_dataset_name(path), named.get(path)) for path in consumed]
     outputs = []
     own = run_dataset_name(app_handle) if app_handle else None
     if own:
         outputs.append(_dataset("output", *own))
     # an artifact the app records from its inputs (evaluate's best model) stays an input only
-    outputs += [_dataset("output", *artifact_dataset_name(path)) for path in produced if path not in consumed]
+    outputs += [
+        _dataset("output", *artifact_dataset_name(path), named.get(path))
+        for path in produced
+        if path not in consumed
+    ]
     return _unique(inputs), _unique(outputs)
 
 
@@ -295,18 +328,25 @@ def lineage_parents(
         return []
 
 
-def _consumed(parents: Sequence[str], store: TrackerBase | None, app: AppDef | None) -> list[str]:
-    """Paths of the parents' artifacts (in the task's first tracker) that the app's arguments name."""
+def _consumed(
+    parents: Sequence[str], store: TrackerBase | None, app: AppDef | None
+) -> tuple[list[str], dict[str, tuple[str, str]]]:
+    """Paths of the parents' artifacts (in the task's first tracker) that the app's arguments or env
+    values name, and each one's (artifact name, parent run)."""
     if not parents or store is None or app is None:
-        return []
+        return [], {}
     from torchx_airflow.results import run_results
 
     artifacts = {
-        f"{parent}/{name}": artifact
+        f"{parent}/{name}": {**artifact, "run": parent}
         for parent in parents
         for name, artifact in run_results(store, parent)["artifacts"].items()
     }
-    return consumed_artifacts(artifacts, app)
+    paths = consumed_artifacts(artifacts, app)
+    named = {
+        str(a["path"]): (str(a["name"]), str(a["run"])) for a in artifacts.values() if a["path"] in paths
+    }
+    return paths, named
 
 
 def lineage_on_end(
@@ -323,12 +363,9 @@ def lineage_on_end(
 
     app_handle = outcome.get("app_handle")
     artifacts = (outcome.get("artifacts") or {}).values() if produced else []
-    inputs, outputs = lineage_datasets(
-        app_handle,
-        parents,
-        _consumed(parents, store, app),
-        [str(a["path"]) for a in artifacts if a.get("path")],
-    )
+    consumed, named = _consumed(parents, store, app)
+    own = {str(a["path"]): (str(a.get("name") or ""), str(app_handle)) for a in artifacts if a.get("path")}
+    inputs, outputs = lineage_datasets(app_handle, parents, consumed, list(own), {**own, **named})
     facets = {}
     if app_handle:
         facets = run_facets(

@@ -197,7 +197,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         # idempotent in the stores).
         from torchx_airflow.dag_lineage import record_task_run
 
-        record_task_run(self.trackers, app_handle, context, self.tracker_timeout, self.log)
+        record_task_run(self.trackers, app_handle, context, self.tracker_timeout, self.log, self._app)
         if not self.wait_for_completion:
             self._status = self._wait.status(app_handle)
         elif self.deferrable:
