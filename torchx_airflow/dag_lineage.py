@@ -37,6 +37,9 @@ METADATA_PREFIX = "airflow_"
 AIRFLOW_IDENTITY_KEYS = {
     name: f"{METADATA_PREFIX}{name}" for name in ("dag_id", "run_id", "task_id", "map_index")
 }
+#: Metadata of a cache hit's run (``torchx_airflow.caching``): the earlier run it returned, the key.
+CACHED_FROM_KEY = f"{METADATA_PREFIX}cached_from"
+CACHE_KEY_KEY = f"{METADATA_PREFIX}cache_key"
 
 
 def airflow_metadata(context: Context) -> dict[str, Any]:

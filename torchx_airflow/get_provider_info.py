@@ -71,6 +71,18 @@ def get_provider_info() -> dict[str, Any]:
                         "description": "Seconds a wait goes on while the scheduler does not answer "
                         "(empty: [torchx] outage_timeout, 600)",
                     },
+                    "cache": {
+                        "label": "Cache runs",
+                        "schema": {"type": ["boolean", "null"], "default": False},
+                        "description": "Tasks whose inputs match an earlier run that succeeded return its "
+                        "result without submitting (a task's cache= wins)",
+                    },
+                    "cache_ttl": {
+                        "label": "Cache record lifetime (s)",
+                        "schema": {"type": ["number", "null"], "exclusiveMinimum": 0},
+                        "description": "Seconds a cached result is reused (empty: 30 days; a task's "
+                        "cache_ttl= wins)",
+                    },
                 },
                 "ui-field-behaviour": {
                     "hidden-fields": ["host", "schema", "login", "password", "port"],

@@ -7,8 +7,9 @@ store): nothing here knows the operator. Each returns an ``OperatorLineage`` wit
 
 - job facet ``torchx_app``: scheduler, app name and per role the image, entrypoint, replicas,
   resources and env variable *names* (values never leave the worker);
-- run facets ``torchx_run`` (app handle, final state, message, structured error, tracker sources)
-  and the standard ``externalQuery`` (the handle, so backends link to the scheduler's job);
+- run facets ``torchx_run`` (app handle, final state, message, structured error, tracker sources,
+  and ``cachedFrom`` for a cache hit) and the standard ``externalQuery`` (the handle, so backends
+  link to the scheduler's job);
 - datasets: one per TorchX run, namespace ``torchx://<scheduler>``, name ``<session>/<app_id>``, an
   output of its own task and an input of every child task; each tracker artifact, named by the
   OpenLineage naming spec for its URI, an output of the app that recorded it and an input of the
@@ -155,13 +156,15 @@ def _facet_classes() -> tuple[type, type, type]:
 
         @attr.define
         class TorchXRunFacet(RunFacet):
-            """One TorchX run: its handle, final state and error, and its tracker sources."""
+            """One TorchX run: its handle, final state and error, its tracker sources and, for a
+            cache hit, the earlier run whose result the task returned (``appHandle`` is that run's)."""
 
             appHandle: str  # noqa: N815
             state: str
             message: str = ""
             structuredError: str = ""  # noqa: N815
             sources: list[str] = attr.Factory(list)
+            cachedFrom: str = ""  # noqa: N815
 
             @staticmethod
             def _get_schema() -> str:
@@ -201,6 +204,7 @@ def run_facets(
     message: str = "",
     structured_error: str = "",
     sources: Sequence[str] = (),
+    cached_from: str = "",
 ) -> dict[str, Any]:
     """Run facets of one TorchX run: ``torchx_run`` and the standard ``externalQuery``."""
     from openlineage.client.facet_v2 import external_query_run
@@ -214,6 +218,7 @@ def run_facets(
             message=message,
             structuredError=structured_error,
             sources=sorted(sources),
+            cachedFrom=cached_from,
         ),
         "externalQuery": external_query_run.ExternalQueryRunFacet(
             externalQueryId=app_handle, source=namespace[0] if namespace else app_handle
@@ -374,6 +379,7 @@ def lineage_on_end(
             str(outcome.get("msg") or ""),
             str(outcome.get("structured_error_msg") or ""),
             outcome.get("sources") or [],
+            str(outcome.get("cached_from") or "") if outcome.get("cache_hit") else "",
         )
     job_facets = app_job_facets(app, scheduler) if app is not None else {}
     return OperatorLineage(inputs=inputs, outputs=outputs, run_facets=facets, job_facets=job_facets)

@@ -104,6 +104,9 @@ CONNECTION_ROWS = [
     # torchx: trackers
     row(TX, {"extra": {"trackers": "[oops"}}, "'[oops'", '["torchx_fsspec_default"', "trackers-json"),
     row(TX, {"extra": {"trackers": {"a": 1}}}, "{'a': 1}", '["torchx_fsspec_default"', "trackers-object"),
+    # torchx: cache defaults
+    row(TX, {"extra": {"cache": "yes"}}, "got 'yes'", '{"cache": true}', "cache-not-bool"),
+    row(TX, {"extra": {"cache_ttl": -5}}, "got -5", "e.g. 604800", "cache_ttl-negative"),
     # torchx_fsspec: root
     row(FS, {"extra": {}}, "got None", "AIRFLOW_CONN_TORCHX_FSSPEC_DEFAULT=", "root-missing"),
     row(FS, {"extra": {"root": 5}}, "got 5", "s3://bucket/prefix", "root-not-str"),
@@ -294,6 +297,16 @@ OPERATOR_ROWS = [
     pytest.param({"scheduler": "slurmm"}, "the task's 'scheduler'", "Did you mean 'slurm'?", id="scheduler"),
     pytest.param({"poll_interval": 0}, "got 0", "positive number of seconds", id="poll_interval"),
     pytest.param({"max_log_lines": -1}, "got -1", "0 or more", id="max_log_lines"),
+    pytest.param(
+        {"cache_ignore_args": "--out"}, "got '--out'", '["--out", "--log-level"', id="cache_ignore_args"
+    ),
+    pytest.param({"cache_ttl": 0}, "got 0", "cache_ttl=timedelta(days=7)", id="cache_ttl"),
+    pytest.param(
+        {"cache": True, "wait_for_completion": False},
+        "cache=True needs wait_for_completion=True",
+        "Set wait_for_completion=True, or cache=False",
+        id="cache-without-wait",
+    ),
 ]
 
 

@@ -32,7 +32,14 @@ def test_provider_info_lists_every_class_and_they_import():
     assert info["package-name"] == "torchx-airflow"
     conns = {c["connection-type"]: c for c in info["connection-types"]}
     assert set(conns) == {"torchx", "torchx_fsspec", "mlflow"}
-    assert set(conns["torchx"]["conn-fields"]) == {"scheduler", "cfg", "trackers", "outage_timeout"}
+    assert set(conns["torchx"]["conn-fields"]) == {
+        "scheduler",
+        "cfg",
+        "trackers",
+        "outage_timeout",
+        "cache",
+        "cache_ttl",
+    }
     assert set(conns["torchx_fsspec"]["conn-fields"]) == {"root", "storage_options"}
     assert set(conns["mlflow"]["conn-fields"]) == {"experiment"}
     assert conns["mlflow"]["ui-field-behaviour"]["relabeling"]["host"] == "Tracking URI"
