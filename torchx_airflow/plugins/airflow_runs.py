@@ -117,7 +117,15 @@ def _seed(dag_id: str, run_id: str, task_id: str, map_index: int, state: Any, xc
         task=AirflowTask(dag_id, run_id, task_id, map_index, str(state) if state else None),
         app_state=result.get("state") if isinstance(result, dict) else None,
         links=links,
+        cached_from=_cached_from(result),
     )
+
+
+def _cached_from(result: Any) -> str | None:
+    """The earlier run a cache hit's result came from (``cached_from``), else None."""
+    if isinstance(result, dict) and result.get("cache_hit") and isinstance(result.get("cached_from"), str):
+        return str(result["cached_from"])
+    return None
 
 
 def tracked_tasks(session: Session, dag_id: str, run_id: str) -> list[TrackedTask]:
@@ -235,3 +243,4 @@ def _enrich_dag(session: Session, dag_id: str, runs: list[tuple[RunNode, Airflow
         task.state = seed.task.state if seed.task else None
         run.app_state = seed.app_state
         run.links.update(seed.links)
+        run.cached_from = seed.cached_from or run.cached_from

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.apps import AIRFLOW_RUN_SCHEME, AppHandle
-from torchx_airflow.dag_lineage import AIRFLOW_IDENTITY_KEYS
+from torchx_airflow.dag_lineage import AIRFLOW_IDENTITY_KEYS, CACHED_FROM_KEY
 from torchx_airflow.plugins.walk import Walk, parallel_map
 
 if TYPE_CHECKING:
@@ -71,6 +71,7 @@ class Seed:
     task: AirflowTask | None = None
     app_state: str | None = None  # TorchX AppState name from the task's result, e.g. "SUCCEEDED"
     links: dict[str, str] = field(default_factory=dict)
+    cached_from: str | None = None  # a cache hit: the handle of the earlier run whose result it returned
 
 
 @dataclass
@@ -102,6 +103,7 @@ class RunNode:
     links: dict[str, str] = field(default_factory=dict)
     artifacts: list[Artifact] = field(default_factory=list)
     hidden: bool = False  # a run of a DAG the user may not read: its id is opaque, nothing else shown
+    cached_from: str | None = None  # a cache hit: the earlier run whose result the task returned
 
     @property
     def scheduler(self) -> str | None:
@@ -144,6 +146,7 @@ class RunNode:
             "links": dict(self.links),
             "artifacts": [a.node_id for a in self.artifacts],
             "hidden": self.hidden,
+            "cached_from": self.cached_from,
         }
 
     def map_text(self, fn: Callable[[str], str]) -> RunNode:
@@ -160,6 +163,7 @@ class RunNode:
             {key: fn(url) for key, url in self.links.items()},
             [Artifact(fn(a.run_id), fn(a.name), fn(a.path)) for a in self.artifacts],
             self.hidden,
+            fn(self.cached_from) if self.cached_from else None,
         )
 
 
@@ -269,10 +273,15 @@ def _airflow_task(metadata: Mapping[str, object]) -> AirflowTask | None:
     )
 
 
-def _details(store: TrackerBase, run_id: str) -> tuple[AirflowTask | None, list[Artifact]]:
-    task = _airflow_task(store.metadata(run_id))
+Details = tuple[AirflowTask | None, list[Artifact], str | None]
+
+
+def _details(store: TrackerBase, run_id: str) -> Details:
+    """A run's Airflow task, artifacts and, for a cache hit, the run it was cached from."""
+    metadata = store.metadata(run_id)
     artifacts = [Artifact(run_id, name, str(a.path)) for name, a in sorted(store.artifacts(run_id).items())]
-    return task, artifacts
+    cached_from = metadata.get(CACHED_FROM_KEY)
+    return _airflow_task(metadata), artifacts, cached_from if isinstance(cached_from, str) else None
 
 
 def build_graph(
@@ -302,8 +311,10 @@ def build_graph(
         cut |= walk.cut
         for key, names in walk.edges.items():
             edges.setdefault(key, set()).update(names)
-        for run_id, (task, artifacts) in details.items():
-            graph.runs[run_id] = RunNode(run_id, walk.distance[run_id], task=task, artifacts=artifacts)
+        for run_id, (task, artifacts, cached_from) in details.items():
+            graph.runs[run_id] = RunNode(
+                run_id, walk.distance[run_id], task=task, artifacts=artifacts, cached_from=cached_from
+            )
         for seed in seeds:
             if seed.run_id in graph.runs:
                 _mark_seed(graph.runs[seed.run_id], seed)
@@ -317,11 +328,12 @@ def _mark_seed(node: RunNode, seed: Seed) -> None:
     node.task = seed.task or node.task
     node.app_state = seed.app_state
     node.links.update(seed.links)
+    node.cached_from = seed.cached_from or node.cached_from
 
 
 def _read_store(
     store: TrackerBase, seeds: Sequence[Seed], depth: int, known: Mapping[str, RunNode], budget: int
-) -> tuple[Walk, dict[str, tuple[AirflowTask | None, list[Artifact]]]]:
+) -> tuple[Walk, dict[str, Details]]:
     """One store's walk from its seeds, and the details of the runs not already known."""
     walk = Walk(store, depth, budget=max(0, budget))
     walk.run(seed.run_id for seed in seeds)
