@@ -123,9 +123,13 @@ class TaskCache:
         cfg = hook.resolve_cfg(scheduler, hook.cfg)
         support = hook.support(scheduler)
         digests = {r.image: d for r in app.roles if (d := support.image_digest(r.image)) is not None}
+        try:  # Airflow is asked in this thread (its API client is the task's); the stores in another
+            parents = parent_runs(context)
+        except Exception as e:
+            self.log.warning("Not caching this run: its parents cannot be read: %s: %s", type(e).__name__, e)
+            return None
 
         def compute() -> tuple[str, dict[str, Any]]:
-            parents = parent_runs(context)
             inputs = key_inputs(
                 app,
                 scheduler,
@@ -183,7 +187,7 @@ class TaskCache:
         from torchx_airflow.retry import call_within
 
         result = {**result, "cache_hit": False, "cache_key": key}
-        airflow = airflow_metadata(context)
+        airflow = airflow_metadata(context)  # asked of Airflow here, not in the writing thread
 
         def write() -> int:
             record = new_record(key, app_handle, result, self.settings.ttl, airflow)
@@ -237,14 +241,18 @@ class TaskCache:
         ti = context["ti"]
         run_id = airflow_run_id(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
         stores = self.trackers.stores
+        try:
+            parents = parent_runs(context)
+        except Exception as e:  # the hit stands; only its edges to the DAG's parents are missing
+            self.log.warning("Cache hit %s: its parents cannot be read: %s: %s", run_id, type(e).__name__, e)
+            parents = []
+        metadata = {**airflow_metadata(context), CACHED_FROM_KEY: handle, CACHE_KEY_KEY: key}
 
         def write() -> str | None:
-            parents = parent_runs(context)
             labels = artifact_labels(stores[0], parents, app) if parents else {}
             for store in stores:
                 for name, artifact in (result.get("artifacts") or {}).items():
                     store.add_artifact(run_id, name, artifact["path"], artifact.get("metadata") or None)
-            metadata = {**airflow_metadata(context), CACHED_FROM_KEY: handle, CACHE_KEY_KEY: key}
             record_run(stores, run_id, [*parents, handle], metadata, labels)
             return self.trackers.run_url(run_id)
 
