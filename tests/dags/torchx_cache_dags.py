@@ -5,7 +5,8 @@ the one before through its XCom (``c`` is a ``@task.torchx``).
 ``tx_cache_slurm`` on ``torchx_slurm`` with every wait deferred to the triggerer. The params change
 one input of ``b`` at a time (an argument, an env value, the image, the salt, the cfg); outputs go to
 a directory of the DAG run (left out of the key by ``cache_ignore_args``); every job appends its
-name to the ledger file, so the tests count the jobs that really ran.
+name to the ledger file, so the tests count the jobs that really ran. ``a`` is cached by its
+connection's default (extra ``cache``), ``b`` and ``c`` by their own ``cache=True``.
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ def _dag(dag_id: str, conn_id: str, deferrable: bool) -> DAG:
             "torchx_conn_id": conn_id,
             "poll_interval": 1,
             "deferrable": deferrable,
-            "cache": True,
             "cache_ignore_args": ["--out"],
         }
         a = TorchXOperator(
@@ -84,11 +84,12 @@ def _dag(dag_id: str, conn_id: str, deferrable: bool) -> DAG:
             ],  # fmt: skip
             env={**LEDGER, "STEP_ENV": "{{ params.b_env }}"},
             cfg="{{ params.b_cfg | tojson }}",
+            cache=True,
             cache_salt="{{ params.b_salt }}",
             **step,
         )
 
-        @task.torchx(env=LEDGER, **step)
+        @task.torchx(env=LEDGER, cache=True, **step)
         def c(params=None, ti=None, run_id=None):
             """The last step, decorated: its input is b's output."""
             upstream = ti.xcom_pull(task_ids="b")["artifacts"]["out"]["path"]

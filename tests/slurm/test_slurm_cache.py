@@ -37,7 +37,7 @@ def stack_jobs(stack: AirflowStack) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def cache_stack(slurm_cluster, tmp_path_factory):
     home = tmp_path_factory.mktemp("cache-airflow")
-    conn = {"conn_type": "torchx", "extra": {"scheduler": "slurm", "trackers": ["cache_fs"]}}
+    conn = {"conn_type": "torchx", "extra": {"scheduler": "slurm", "trackers": ["cache_fs"], "cache": True}}
     stack = AirflowStack(
         home=home,
         dags_folder=REPO / "tests" / "dags",
