@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pendulum
-from airflow.sdk import DAG, Param, task
+from airflow.sdk import DAG, Asset, Param, task
 
 from torchx_airflow.operators.torchx import TorchXOperator
 
@@ -23,6 +23,7 @@ START = pendulum.datetime(2026, 1, 1, tz="UTC")
 OUT = "{{ params.output_dir }}/{{ run_id | replace(':', '-') }}"
 LEDGER = {"CACHE_LEDGER": "{{ params.ledger }}"}
 SECRET = "cache-Step-Token-5512"  # a: a secret env value, part of its key as a digest only
+A_OUT = Asset("torchx-test://tx_cache/a-out")
 
 
 def _dag(dag_id: str, conn_id: str, deferrable: bool) -> DAG:
@@ -60,6 +61,8 @@ def _dag(dag_id: str, conn_id: str, deferrable: bool) -> DAG:
                 f"{OUT}/a",
             ],  # fmt: skip
             env={**LEDGER, "API_TOKEN": SECRET},
+            outlets=[A_OUT],
+            artifact_assets={"out": A_OUT},
             **step,
         )
         b = TorchXOperator(

@@ -15,6 +15,7 @@ from torchx_airflow_tracker.fsspec_store import FsspecStore
 from torchx_airflow_tracker.mlflow_store import MlflowStore
 
 from tests.dags.torchx_cache_dags import SECRET
+from tests.openlineage_events import datasets, file_transport, read_events, run_dataset, task_events, validate
 from tests.secret_search import find_secret
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
@@ -32,6 +33,8 @@ class Pipeline:
         self.baseline = {"output_dir": str(tmp / "out"), "ledger": str(self.ledger)}
         self.mlflow_uri = mlflow_uri
         self.durations: list[float] = []
+        self.tmp = tmp
+        self.events: dict[str, list[dict]] = {}  # DAG run id -> its OpenLineage events
 
     def env(self, trackers: list[str]) -> dict[str, str]:
         conn = {
@@ -50,9 +53,12 @@ class Pipeline:
 
     def run(self, trackers: tuple[str, ...] = ("cache_fs", "cache_ml"), **changes):
         before = self.ledger.read_text().split()
+        events = self.tmp / f"events-{len(self.durations)}.jsonl"
+        env = {**self.env(list(trackers)), **file_transport(events)}
         started = time.monotonic()
-        result = self.run_dag("tx_cache", conf={**self.baseline, **changes}, env=self.env(list(trackers)))
+        result = self.run_dag("tx_cache", conf={**self.baseline, **changes}, env=env)
         self.durations.append(time.monotonic() - started)
+        self.events[result.run_id] = read_events(events) if events.exists() else []
         ran = self.ledger.read_text().split()[len(before) :]
         return result, ran
 
@@ -101,6 +107,45 @@ def test_a_second_unchanged_run_submits_nothing_and_returns_the_first_results(pi
         assert f"TorchX cache hit: key {earlier['cache_key']}" in second.output
     print(f"task seconds: first run {task_seconds(first)}, unchanged second run {task_seconds(second)}")
     print(f"airflow dags test seconds: {pipe.durations}")
+
+
+def _asset_events(result) -> list[tuple[str, dict]]:
+    import sqlite3
+
+    with sqlite3.connect(result.db) as conn:
+        rows = conn.execute(
+            "SELECT a.uri, e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id "
+            "WHERE e.source_dag_id = ? AND e.source_run_id = ?",
+            (result.dag_id, result.run_id),
+        ).fetchall()
+    return [(uri, json.loads(extra)) for uri, extra in rows]
+
+
+def test_a_hit_emits_asset_and_openlineage_events_as_a_run_does(pipeline):
+    pipe, first = pipeline
+    second, ran = pipe.run()
+    assert ran == []
+    earlier = second.xcom("a")["cached_from"]
+    out = second.xcom("a")["artifacts"]["out"]
+    for result in (first, second):
+        ((uri, extra),) = _asset_events(result)
+        assert uri == "torchx-test://tx_cache/a-out"
+        assert (extra["app_handle"], extra["path"]) == (earlier, out["path"])
+    events = task_events(pipe.events[second.run_id], "tx_cache", "a")
+    assert [e["eventType"] for e in events] == ["START", "COMPLETE"]
+    complete = events[1]
+    validate(complete)
+    facet = complete["run"]["facets"]["torchx_run"]
+    assert (facet["appHandle"], facet["cachedFrom"], facet["state"]) == (earlier, earlier, "SUCCEEDED")
+    assert datasets(complete, "outputs") == {run_dataset(earlier), ("file", out["path"])}
+    (artifact,) = [d for d in complete["outputs"] if d["name"] == out["path"]]
+    assert artifact["facets"]["torchx_artifact"]["artifactName"] == "out"
+    # b's COMPLETE: a's artifact in, with its name and the run that recorded it
+    (b_complete,) = [
+        e for e in task_events(pipe.events[second.run_id], "tx_cache", "b") if e["eventType"] == "COMPLETE"
+    ]
+    (consumed,) = [d for d in b_complete["inputs"] if d["name"] == out["path"]]
+    assert consumed["facets"]["torchx_artifact"]["artifactName"] == "out"
 
 
 @pytest.mark.parametrize(
