@@ -291,6 +291,26 @@ def summarize_dryrun(
     }
 
 
+def app_words(app: AppDef) -> str:
+    """Every role's entrypoint, arguments and env values, one per line: where an app names a path."""
+    lines = [str(v) for role in app.roles for v in (role.entrypoint, *role.args, *role.env.values())]
+    return "\n".join(lines)
+
+
+def names_path(words: str, path: str) -> bool:
+    """Whether ``words`` (``app_words``) name ``path``: whole, or as the directory of a path named.
+
+    The path must not be part of a longer name: ``/out/train-1`` is not named by ``/out/train-10``.
+
+    >>> names_path("--data /out/d.csv,/out/e.csv", "/out/d.csv"), names_path("/out/d.csv.bak", "/out/d.csv")
+    (True, False)
+    """
+    if not path:
+        return False
+    pattern = rf"(?<![\w.\-/]){re.escape(path.rstrip('/') or path)}(?![\w.\-])"
+    return re.search(pattern, words) is not None
+
+
 def _text_or_empty(value: str | None) -> str:
     # TorchX writes "<NONE>" where a scheduler gave no message
     return "" if value in (None, "<NONE>") else str(value)

@@ -8,6 +8,11 @@ app handle), and so does a ``@task`` that used :func:`torchx_airflow.tracking.ta
 parents of a task are its nearest tracked, successful ancestors: each upstream task that is a
 tracked run (every map index of a mapped one), and, through upstream tasks that are not, their
 own nearest tracked ancestors. Skipped or failed tasks are neither parents nor passed through.
+
+An edge names the parent's artifacts the child's app names: when a role's arguments or env values
+hold the path of a parent's artifact (``--data /out/prepare/data.csv``), the edge is recorded as
+``add_source(child, parent, "data")``, one per artifact named, instead of one without a name; the
+DAG author declares nothing. An edge whose artifact cannot be told stays without a name.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+    from torchx.specs import AppDef
     from torchx.tracker.api import TrackerBase
 
     from torchx_airflow.trackers import TrackerSet
@@ -35,6 +41,9 @@ AIRFLOW_IDENTITY_KEYS = {
 #: attempt a run is, and on an ended one, the infrastructure's reason (``NODE_FAIL``).
 ATTEMPT_KEY = f"{METADATA_PREFIX}attempt"
 ENDED_BY_KEY = f"{METADATA_PREFIX}attempt_ended_by"
+#: Metadata of a cache hit's run (``torchx_airflow.caching``): the earlier run it returned, the key.
+CACHED_FROM_KEY = f"{METADATA_PREFIX}cached_from"
+CACHE_KEY_KEY = f"{METADATA_PREFIX}cache_key"
 
 
 def airflow_metadata(context: Context) -> dict[str, Any]:
@@ -138,31 +147,78 @@ def record_attempt(
     )
 
 
+def artifact_labels(store: TrackerBase, parents: Sequence[str], app: AppDef) -> dict[str, list[str]]:
+    """Parent -> the names of its artifacts (in ``store``) whose paths ``app`` names in a role's
+    arguments or env values; parents with none are left out. A parent whose artifacts cannot be read
+    is left out too (its edge stays without a name)."""
+    from torchx_airflow.apps import app_words, names_path
+    from torchx_airflow.secrets import strip_userinfo
+
+    words = app_words(app)
+    words += "\n" + strip_userinfo(words)  # recorded paths come without their user info
+    labels: dict[str, list[str]] = {}
+    for parent in parents:
+        try:
+            artifacts = store.artifacts(parent)
+        except Exception as e:
+            log.warning(
+                "Edges from %s stay unnamed: its artifacts cannot be read: %s: %s",
+                parent,
+                type(e).__name__,
+                e,
+            )
+            continue
+        names = sorted(
+            name for name, a in artifacts.items() if names_path(words, strip_userinfo(str(a.path)))
+        )
+        if names:
+            labels[parent] = names
+    return labels
+
+
 def record_run(
-    stores: Iterable[TrackerBase], run_id: str, parents: Sequence[str], metadata: Mapping[str, Any]
+    stores: Iterable[TrackerBase],
+    run_id: str,
+    parents: Sequence[str],
+    metadata: Mapping[str, Any],
+    labels: Mapping[str, Sequence[str]] | None = None,
 ) -> None:
     """Write ``run_id``'s lineage edges and Airflow metadata to every store.
 
-    Edges are idempotent in the stores, so an edge the job adds itself (``TORCHX_PARENT_RUN_ID``) is
-    not doubled. A store that keeps failing gets a warning, not a failed task: the job is already
-    running, and lineage can be added later with ``add_source``.
+    ``labels`` gives, per parent, the artifact names its edge goes through (``artifact_labels``): one
+    edge per name; a parent without any gets one edge without a name. Edges are idempotent in the
+    stores, so an edge the job adds itself (``TORCHX_PARENT_RUN_ID``) is not doubled. A store that
+    keeps failing gets a warning, not a failed task: the job is already running, and lineage can be
+    added later with ``add_source``.
     """
     for store in stores:
         for parent in parents:
-            _attempt(f"record {run_id} <- {parent}", store, lambda s=store, p=parent: s.add_source(run_id, p))
+            names: Sequence[str | None] = (labels or {}).get(parent) or [None]
+            for name in names:
+                _attempt(
+                    f"record {run_id} <- {parent}" + (f" [{name}]" if name else ""),
+                    store,
+                    lambda s=store, p=parent, n=name: s.add_source(run_id, p, n),
+                )
         _attempt(
             f"record Airflow metadata of {run_id}", store, lambda s=store: s.add_metadata(run_id, **metadata)
         )
 
 
 def record_task_run(
-    trackers: TrackerSet, app_handle: str, context: Context, tracker_timeout: float, task_log: Any = log
+    trackers: TrackerSet,
+    app_handle: str,
+    context: Context,
+    tracker_timeout: float,
+    task_log: Any = log,
+    app: AppDef | None = None,
 ) -> None:
     """Record a task's run in every tracker: its parents and Airflow metadata, within ``tracker_timeout``.
 
-    The app is already running: a tracker that fails or hangs here is a warning, never a failed task
-    (lineage can be added later with ``add_source``). The run's MLflow page goes to XCom
-    ``tracker_url``.
+    With the run's ``app``, an edge goes through the parent's artifacts the app names
+    (``artifact_labels``, read from the first store). The app is already running: a tracker that
+    fails or hangs here is a warning, never a failed task (lineage can be added later with
+    ``add_source``). The run's MLflow page goes to XCom ``tracker_url``.
     """
     if not trackers:
         return
@@ -176,8 +232,12 @@ def record_task_run(
         task_log.warning("No lineage for %s: reading its parents failed: %s: %s", app_handle, name, e)
         return
 
+    labels: dict[str, list[str]] = {}
+
     def record() -> str | None:
-        record_run(trackers.stores, app_handle, parents, airflow_metadata(context))
+        if app is not None and parents:
+            labels.update(artifact_labels(trackers.stores[0], parents, app))
+        record_run(trackers.stores, app_handle, parents, airflow_metadata(context), labels)
         try:
             return trackers.run_url(app_handle)
         except Exception as e:
@@ -187,8 +247,9 @@ def record_task_run(
     done, tracker_url = call_within(tracker_timeout, f"Recording lineage of {app_handle}", record)
     if not done:
         return
+    shown = [f"{p} [{', '.join(labels[p])}]" if p in labels else p for p in parents]
     task_log.info(
-        "Tracked %s in %s with parents %s", app_handle, ", ".join(trackers.conn_ids), parents or "(none)"
+        "Tracked %s in %s with parents %s", app_handle, ", ".join(trackers.conn_ids), shown or "(none)"
     )
     if tracker_url is not None:
         context["ti"].xcom_push(key=XCOM_TRACKER_URL, value=tracker_url)

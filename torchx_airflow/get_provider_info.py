@@ -83,6 +83,18 @@ def get_provider_info() -> dict[str, Any]:
                         "description": 'Prices for usage and max_cost, e.g. {"cpu_hour": 0.05, '
                         '"gpu_hour": {"a100": 2.5, "default": 1.0}, "mem_gb_hour": 0.005, "currency": "USD"}',
                     },
+                    "cache": {
+                        "label": "Cache runs",
+                        "schema": {"type": ["boolean", "null"], "default": False},
+                        "description": "Tasks whose inputs match an earlier run that succeeded return its "
+                        "result without submitting (a task's cache= wins)",
+                    },
+                    "cache_ttl": {
+                        "label": "Cache record lifetime (s)",
+                        "schema": {"type": ["number", "null"], "exclusiveMinimum": 0},
+                        "description": "Seconds a cached result is reused (empty: 30 days; a task's "
+                        "cache_ttl= wins)",
+                    },
                 },
                 "ui-field-behaviour": {
                     "hidden-fields": ["host", "schema", "login", "password", "port"],

@@ -7,14 +7,16 @@ store): nothing here knows the operator. Each returns an ``OperatorLineage`` wit
 
 - job facet ``torchx_app``: scheduler, app name and per role the image, entrypoint, replicas,
   resources and env variable *names* (values never leave the worker);
-- run facets ``torchx_run`` (app handle, final state, message, structured error, tracker sources),
+- run facets ``torchx_run`` (app handle, final state, message, structured error, tracker sources,
+  every attempt of a job the infrastructure ended, and ``cachedFrom`` for a cache hit),
   ``torchx_usage`` (what the run used by its scheduler's accounting, and its cost with a price
   table: :mod:`torchx_airflow.usage`) and the standard ``externalQuery`` (the handle, so backends
   link to the scheduler's job);
 - datasets: one per TorchX run, namespace ``torchx://<scheduler>``, name ``<session>/<app_id>``, an
   output of its own task and an input of every child task; each tracker artifact, named by the
   OpenLineage naming spec for its URI, an output of the app that recorded it and an input of the
-  child apps whose arguments name it.
+  child apps whose arguments or env values name it (the edges the trackers record with that
+  artifact's name).
 
 :func:`parent_run_env` gives the job ``OPENLINEAGE_PARENT_ID`` and ``OPENLINEAGE_ROOT_PARENT_ID``,
 so OpenLineage events the training job emits itself nest under the Airflow task's run.
@@ -48,6 +50,8 @@ APP_FACET = "torchx_app"
 RUN_FACET = "torchx_run"
 USAGE_FACET = "torchx_usage"
 # Every facet names a schema URI; these are this provider's own (documented in docs/openlineage.md).
+ARTIFACT_FACET = "torchx_artifact"
+# Every facet names a schema URI; these two are this provider's own (documented in its README).
 FACET_SCHEMA = "urn:torchx-airflow:openlineage:{}:1"
 PARENT_ENV = "OPENLINEAGE_PARENT_ID"
 ROOT_PARENT_ENV = "OPENLINEAGE_ROOT_PARENT_ID"
@@ -114,11 +118,15 @@ def _named(naming: Any) -> tuple[str, str]:
     return naming.get_namespace(), naming.get_name()
 
 
-def _dataset(kind: str, namespace: str, name: str) -> Dataset:
+def _dataset(kind: str, namespace: str, name: str, artifact: tuple[str, str] | None = None) -> Dataset:
+    """A dataset; ``artifact`` (name, run id) adds facet ``torchx_artifact``: which artifact it is."""
     from openlineage.client.event_v2 import InputDataset, OutputDataset
 
     cls = InputDataset if kind == "input" else OutputDataset
-    return cls(namespace=namespace, name=name)
+    if artifact is None:
+        return cls(namespace=namespace, name=name)
+    facet = _facet_classes()[2](artifactName=artifact[0], run=artifact[1])
+    return cls(namespace=namespace, name=name, facets={ARTIFACT_FACET: facet})
 
 
 def _unique(datasets: Iterable[Dataset]) -> list[Dataset]:
@@ -131,12 +139,12 @@ def _unique(datasets: Iterable[Dataset]) -> list[Dataset]:
 # facets
 
 
-def _facet_classes() -> tuple[type, type, type]:
+def _facet_classes() -> tuple[type, type, type, type]:
     """The custom facet classes, defined on first use so this module imports without OpenLineage."""
     global _FACETS
     if _FACETS is None:
         import attr
-        from openlineage.client.facet_v2 import JobFacet, RunFacet
+        from openlineage.client.facet_v2 import DatasetFacet, JobFacet, RunFacet
 
         @attr.define
         class TorchXAppJobFacet(JobFacet):
@@ -152,7 +160,8 @@ def _facet_classes() -> tuple[type, type, type]:
 
         @attr.define
         class TorchXRunFacet(RunFacet):
-            """One TorchX run: its handle, final state and error, and its tracker sources."""
+            """One TorchX run: its handle, final state and error, its tracker sources and, for a
+            cache hit, the earlier run whose result the task returned (``appHandle`` is that run's)."""
 
             appHandle: str  # noqa: N815
             state: str
@@ -161,6 +170,7 @@ def _facet_classes() -> tuple[type, type, type]:
             sources: list[str] = attr.Factory(list)
             # every job the task ran for this run, the infrastructure's ends resubmitted
             attempts: list[dict[str, Any]] = attr.Factory(list)
+            cachedFrom: str = ""  # noqa: N815
 
             @staticmethod
             def _get_schema() -> str:
@@ -181,18 +191,29 @@ def _facet_classes() -> tuple[type, type, type]:
             def _get_schema() -> str:
                 return FACET_SCHEMA.format("usage-run-facet")
 
-        _FACETS = (TorchXAppJobFacet, TorchXRunFacet, TorchXUsageRunFacet)
+        @attr.define
+        class TorchXArtifactDatasetFacet(DatasetFacet):
+            """A dataset that is a tracker artifact: its name, and the run that recorded it."""
+
+            artifactName: str  # noqa: N815
+            run: str
+
+            @staticmethod
+            def _get_schema() -> str:
+                return FACET_SCHEMA.format("artifact-dataset-facet")
+
+        _FACETS = (TorchXAppJobFacet, TorchXRunFacet, TorchXArtifactDatasetFacet, TorchXUsageRunFacet)
     return _FACETS
 
 
-_FACETS: tuple[type, type, type] | None = None
+_FACETS: tuple[type, type, type, type] | None = None
 
 
 def app_job_facets(app: AppDef, scheduler: str | None) -> dict[str, Any]:
     """Job facets of ``app``: ``torchx_app`` (roles, images, entrypoints, replicas, resources, env names)."""
     from torchx_airflow.apps import summarize_role
 
-    app_facet, _, _ = _facet_classes()
+    app_facet = _facet_classes()[0]
     # role args can carry anything the DAG author templated in: they stay out of lineage events
     roles = [{k: v for k, v in summarize_role(role).items() if k != "args"} for role in app.roles]
     return {APP_FACET: app_facet(scheduler=scheduler, appName=app.name, roles=roles)}
@@ -205,11 +226,12 @@ def run_facets(
     structured_error: str = "",
     sources: Sequence[str] = (),
     attempts: Sequence[Mapping[str, Any]] = (),
+    cached_from: str = "",
 ) -> dict[str, Any]:
     """Run facets of one TorchX run: ``torchx_run`` and the standard ``externalQuery``."""
     from openlineage.client.facet_v2 import external_query_run
 
-    _, run_facet, _ = _facet_classes()
+    run_facet = _facet_classes()[1]
     namespace = run_dataset_name(app_handle)
     return {
         RUN_FACET: run_facet(
@@ -219,6 +241,7 @@ def run_facets(
             structuredError=structured_error,
             sources=sorted(sources),
             attempts=[dict(a) for a in attempts],
+            cachedFrom=cached_from,
         ),
         "externalQuery": external_query_run.ExternalQueryRunFacet(
             externalQueryId=app_handle, source=namespace[0] if namespace else app_handle
@@ -230,7 +253,7 @@ def usage_facets(usage: Mapping[str, Any] | None, cost: Mapping[str, Any] | None
     """Run facet ``torchx_usage`` of a run's usage and cost; none without a usage."""
     if not isinstance(usage, Mapping) or not isinstance(usage.get("source"), str):
         return {}
-    _, _, usage_facet = _facet_classes()
+    usage_facet = _facet_classes()[3]
     totals = usage.get("totals")
     return {
         USAGE_FACET: usage_facet(
@@ -248,13 +271,17 @@ def usage_facets(usage: Mapping[str, Any] | None, cost: Mapping[str, Any] | None
 
 
 def consumed_artifacts(parent_artifacts: Mapping[str, Mapping[str, Any]], app: AppDef) -> list[str]:
-    """Paths of the parents' artifacts that ``app``'s arguments name (also inside ``a,b,c`` lists)."""
-    words = " ".join(str(arg) for role in app.roles for arg in [role.entrypoint, *role.args])
-    words += " " + strip_userinfo(words)  # recorded paths come without their user info
+    """Paths of the parents' artifacts that ``app``'s arguments or env values name (also inside
+    ``a,b,c`` lists), the same test as the artifact names of tracker edges
+    (``dag_lineage.artifact_labels``)."""
+    from torchx_airflow.apps import app_words, names_path
+
+    words = app_words(app)
+    words += "\n" + strip_userinfo(words)  # recorded paths come without their user info
     paths = []
     for artifact in parent_artifacts.values():
         path = str(artifact.get("path") or "")
-        if path and path in words:
+        if path and names_path(words, path):
             paths.append(path)
     return paths
 
@@ -264,16 +291,24 @@ def lineage_datasets(
     parents: Sequence[str],
     consumed: Sequence[str] = (),
     produced: Sequence[str] = (),
+    artifacts: Mapping[str, tuple[str, str]] | None = None,
 ) -> tuple[list[Dataset], list[Dataset]]:
-    """Inputs (the parents' runs, the artifacts consumed) and outputs (this run, its artifacts)."""
+    """Inputs (the parents' runs, the artifacts consumed) and outputs (this run, its artifacts);
+    ``artifacts`` (path -> artifact name and the run that recorded it) labels the artifacts'
+    datasets with facet ``torchx_artifact``."""
+    named = artifacts or {}
     inputs = [_dataset("input", *name) for name in map(run_dataset_name, parents) if name]
-    inputs += [_dataset("input", *artifact_dataset_name(path)) for path in consumed]
+    inputs += [_dataset("input", *artifact_dataset_name(path), named.get(path)) for path in consumed]
     outputs = []
     own = run_dataset_name(app_handle) if app_handle else None
     if own:
         outputs.append(_dataset("output", *own))
     # an artifact the app records from its inputs (evaluate's best model) stays an input only
-    outputs += [_dataset("output", *artifact_dataset_name(path)) for path in produced if path not in consumed]
+    outputs += [
+        _dataset("output", *artifact_dataset_name(path), named.get(path))
+        for path in produced
+        if path not in consumed
+    ]
     return _unique(inputs), _unique(outputs)
 
 
@@ -339,18 +374,25 @@ def lineage_parents(
         return []
 
 
-def _consumed(parents: Sequence[str], store: TrackerBase | None, app: AppDef | None) -> list[str]:
-    """Paths of the parents' artifacts (in the task's first tracker) that the app's arguments name."""
+def _consumed(
+    parents: Sequence[str], store: TrackerBase | None, app: AppDef | None
+) -> tuple[list[str], dict[str, tuple[str, str]]]:
+    """Paths of the parents' artifacts (in the task's first tracker) that the app's arguments or env
+    values name, and each one's (artifact name, parent run)."""
     if not parents or store is None or app is None:
-        return []
+        return [], {}
     from torchx_airflow.results import run_results
 
     artifacts = {
-        f"{parent}/{name}": artifact
+        f"{parent}/{name}": {**artifact, "run": parent}
         for parent in parents
         for name, artifact in run_results(store, parent)["artifacts"].items()
     }
-    return consumed_artifacts(artifacts, app)
+    paths = consumed_artifacts(artifacts, app)
+    named = {
+        str(a["path"]): (str(a["name"]), str(a["run"])) for a in artifacts.values() if a["path"] in paths
+    }
+    return paths, named
 
 
 def lineage_on_end(
@@ -367,12 +409,9 @@ def lineage_on_end(
 
     app_handle = outcome.get("app_handle")
     artifacts = (outcome.get("artifacts") or {}).values() if produced else []
-    inputs, outputs = lineage_datasets(
-        app_handle,
-        parents,
-        _consumed(parents, store, app),
-        [str(a["path"]) for a in artifacts if a.get("path")],
-    )
+    consumed, named = _consumed(parents, store, app)
+    own = {str(a["path"]): (str(a.get("name") or ""), str(app_handle)) for a in artifacts if a.get("path")}
+    inputs, outputs = lineage_datasets(app_handle, parents, consumed, list(own), {**own, **named})
     facets = {}
     if app_handle:
         facets = run_facets(
@@ -382,6 +421,7 @@ def lineage_on_end(
             str(outcome.get("structured_error_msg") or ""),
             outcome.get("sources") or [],
             outcome.get("attempts") or [],
+            str(outcome.get("cached_from") or "") if outcome.get("cache_hit") else "",
         )
         facets.update(usage_facets(outcome.get("usage"), outcome.get("cost")))
     job_facets = app_job_facets(app, scheduler) if app is not None else {}

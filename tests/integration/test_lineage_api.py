@@ -426,6 +426,30 @@ def test_the_drawing_escapes_text_and_links_only_what_a_browser_opens(tmp_path):
     assert 'class="elabel"' in page and ">model<" in page  # the edge is labelled with its artifact
 
 
+def test_a_cache_hit_is_drawn_as_cached_from_the_earlier_run(tmp_path):
+    from torchx_airflow_tracker.fsspec_store import FsspecStore
+
+    from torchx_airflow.plugins.airflow_runs import _seed
+    from torchx_airflow.plugins.graph import build_graph
+    from torchx_airflow.plugins.render import render_page
+
+    store = FsspecStore(str(tmp_path))
+    earlier, hit, later_hit = "slurm://torchx/train-1", "airflow://d/r2/train", "airflow://d2/r3/score"
+    store.add_source(hit, earlier)
+    store.add_source(later_hit, hit)  # a hit of another DAG run: known from its metadata only
+    store.add_metadata(later_hit, airflow_dag_id="d2", airflow_run_id="r3", airflow_task_id="score",
+                       airflow_cached_from="slurm://torchx/score-0")  # fmt: skip
+    result = {"state": "SUCCEEDED", "cache_hit": True, "cached_from": earlier, "app_handle": earlier}
+    seed = _seed("d", "r2", "train", -1, "success", {"torchx_run_id": hit, "return_value": result})
+    graph = build_graph([(store, [seed])], depth=2)
+    runs = {run["id"]: run for run in graph.to_dict()["runs"]}
+    assert runs[hit]["cached_from"] == earlier and runs[later_hit]["cached_from"] == "slurm://torchx/score-0"
+    assert runs[earlier]["cached_from"] is None
+    page = render_page(graph, dag_id="d", run_id="r2", static_url="/s", json_url="/j")
+    assert page.count('class="run st-ok seed cached"') == 1 and page.count(' cached"') == 2
+    assert f"↺ cached from {earlier}" in page
+
+
 def test_runs_of_a_dag_the_user_cannot_read_are_opaque_nodes(tmp_path):
     from torchx_airflow_tracker.fsspec_store import FsspecStore
 

@@ -136,6 +136,27 @@ def test_pipeline_lineage_edges_are_exact_in_both_backends(pipeline_run):
         }, name
 
 
+def test_pipeline_edges_carry_the_names_of_the_artifacts_that_fed_each_run(pipeline_run):
+    """No change to the DAG: train's arguments name prepare's data, evaluate's name the models."""
+    result, stores, _ = pipeline_run
+    prepare = result.xcom("prepare", key="app_handle")
+    train = sorted(result.xcom("train", key="app_handle", map_index=i) for i in (0, 1))
+    evaluate = result.xcom("evaluate", key="app_handle")
+    for name, store in stores.items():
+        for handle in train:
+            assert [(s.source_run_id, s.artifact_name) for s in store.sources(handle)] == [
+                (prepare, "data")
+            ], name
+        assert sorted((s.source_run_id, s.artifact_name) for s in store.sources(evaluate)) == [
+            (t, "model") for t in train
+        ], name
+        assert {(e.source_run_id, e.run_id, e.artifact_names) for e in store.lineage(evaluate).upstream} == {
+            *((t, evaluate, ("model",)) for t in train),
+            *((prepare, t, ("data",)) for t in train),
+        }, name
+    assert f"with parents ['{prepare} [data]']" in result.output
+
+
 def test_pipeline_job_metadata_artifacts_and_airflow_context_in_both_backends(pipeline_run):
     result, stores, _ = pipeline_run
     for name, store in stores.items():

@@ -126,3 +126,33 @@ class TrackerContract:
 
         with pytest.raises(ValueError, match="Unknown run_ids filter"):
             store.run_ids(owner="me")
+
+
+class CacheRecordsContract:
+    """The provider's cache records (``cache_records``): kept apart from the runs."""
+
+    def test_cache_records_round_trip_overwrite_and_delete(self, store):
+        key, other = uuid.uuid4().hex * 2, uuid.uuid4().hex * 2
+        records = store.cache_records
+        assert records.get(key) is None and records.delete(key) is False
+        records.put(key, {"app_handle": "slurm://torchx/a-1", "result": {"state": "SUCCEEDED"}, "n": 1})
+        records.put(other, {"app_handle": "slurm://torchx/b-2", "big": "x" * 20_000})  # split in MLflow
+        records.put(key, {"app_handle": "slurm://torchx/a-3", "n": 2})
+        assert records.get(key) == {"app_handle": "slurm://torchx/a-3", "n": 2}
+        assert len(records.get(other)["big"]) == 20_000
+        assert {key, other} <= set(records.keys())
+        assert records.delete(key) is True
+        assert records.get(key) is None and key not in records.keys()
+
+    def test_cache_records_are_not_runs(self, store):
+        run = rid("run")
+        store.add_metadata(run, lr=0.1)
+        store.cache_records.put(uuid.uuid4().hex * 2, {"app_handle": run})
+        run_ids = list(store.run_ids())
+        assert run in run_ids and all(r.startswith("slurm://") for r in run_ids)
+
+    def test_a_cache_key_that_is_not_one_is_refused(self, store):
+        import pytest
+
+        with pytest.raises(ValueError, match="64 lowercase hex digits"):
+            store.cache_records.put("../../etc/passwd", {})

@@ -63,6 +63,7 @@ def test_torchx_readers_see_exactly_the_runs_we_see(tmp_path, torchx_path):
     ours.add_source(CHILD, DATASET, "train")  # a source that never tracked anything
     ours.add_source(CHILD, PARENT, "model")  # a second name on an edge
     ours.add_source(PARENT, "slurm://torchx/never-tracked")
+    ours.cache_records.put("c" * 64, {"app_handle": CHILD, "result": {}})  # the provider's cache keys
     ours.lineage(CHILD)  # a read between the writes changes nothing on disk
     parents, runs = [PARENT, DATASET, CHILD], [PARENT, CHILD]
     theirs = torchx_reads(tmp_path / "store", parents, runs, torchx_path)

@@ -127,6 +127,10 @@ CONNECTION_ROWS = [
     row(
         TX, {"extra": {"prices": {"cpu_hour": 1, "currency": 3}}}, "got 3", 'such as "USD"', "prices-currency"
     ),
+    # torchx: cache defaults
+    row(TX, {"extra": {"cache": "yes"}}, "got 'yes'", '{"cache": true}', "cache-not-bool"),
+    row(TX, {"extra": {"cache_ttl": -5}}, "got -5", "e.g. 604800", "cache_ttl-negative"),
+    row(TX, {"extra": {"infrastructure_retries": "x"}}, "got 'x'", "e.g. 3", "infrastructure_retries-text"),
     # torchx_fsspec: root
     row(FS, {"extra": {}}, "got None", "AIRFLOW_CONN_TORCHX_FSSPEC_DEFAULT=", "root-missing"),
     row(FS, {"extra": {"root": 5}}, "got 5", "s3://bucket/prefix", "root-not-str"),
@@ -325,6 +329,17 @@ OPERATOR_ROWS = [
         "got '1h'",
         "expected_duration=timedelta(hours=2)",
         id="expected_duration",
+    ),
+    pytest.param({"infrastructure_retries": -1}, "got -1", "Give e.g. 3", id="infrastructure_retries"),
+    pytest.param(
+        {"cache_ignore_args": "--out"}, "got '--out'", '["--out", "--log-level"', id="cache_ignore_args"
+    ),
+    pytest.param({"cache_ttl": 0}, "got 0", "cache_ttl=timedelta(days=7)", id="cache_ttl"),
+    pytest.param(
+        {"cache": True, "wait_for_completion": False},
+        "cache=True needs wait_for_completion=True",
+        "Set wait_for_completion=True, or cache=False",
+        id="cache-without-wait",
     ),
 ]
 

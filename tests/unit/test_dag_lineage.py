@@ -151,3 +151,38 @@ def test_airflow_metadata_describes_the_task_instance(dag):
         "airflow_upstream_task_ids": ["failed_plain", "grp.b", "helper", "skipped", "train"],
     }
     assert airflow_run_id("d", "r", "t", 3) == "airflow://d/r/t/3"
+
+
+def test_edges_are_named_by_the_parent_artifacts_the_app_names():
+    import uuid
+
+    from torchx.specs import AppDef, Role
+    from torchx_airflow_tracker.fsspec_store import FsspecStore
+
+    from torchx_airflow.dag_lineage import artifact_labels, record_run
+
+    store = FsspecStore(f"memory://labels-{uuid.uuid4().hex}")
+    prepare, other, child = (
+        "local_cwd://torchx/prepare-1",
+        "local_cwd://torchx/other-2",
+        "local_cwd://torchx/t-3",
+    )
+    store.add_artifact(prepare, "data", "/out/run-1/data.csv")
+    store.add_artifact(prepare, "stats", "s3://bucket/stats.json")
+    store.add_artifact(other, "model", "/out/run-1/data.csv.bak")  # named only as part of a longer path
+    role = Role(
+        "train",
+        image="i",
+        entrypoint="bash",
+        args=["-c", "torchrun train.py --data '/out/run-1/data.csv' --out /out/run-1/t"],
+        env={"STATS_URL": "s3://bucket/stats.json"},
+    )
+    labels = artifact_labels(store, [prepare, other], AppDef("t", roles=[role]))
+    assert labels == {prepare: ["data", "stats"]}
+
+    record_run([store], child, [prepare, other], {"airflow_task_id": "t"}, labels)
+    assert sorted((s.source_run_id, s.artifact_name) for s in store.sources(child)) == [
+        (other, None),  # its artifact cannot be told: the edge stays without a name
+        (prepare, "data"),
+        (prepare, "stats"),
+    ]

@@ -89,6 +89,27 @@ def test_datasets_of_a_run_with_parents_and_artifacts():
     ]
 
 
+def test_artifact_datasets_say_which_artifact_of_which_run_they_are():
+    inputs, outputs = lineage_datasets(
+        "slurm://torchx/9",
+        ["slurm://torchx/7"],
+        consumed=["/out/data.csv"],
+        produced=["/out/model.pt"],
+        artifacts={
+            "/out/data.csv": ("data", "slurm://torchx/7"),
+            "/out/model.pt": ("model", "slurm://torchx/9"),
+        },
+    )
+    data = next(d for d in inputs if d.name == "/out/data.csv")
+    model = next(d for d in outputs if d.name == "/out/model.pt")
+    assert (data.facets["torchx_artifact"].artifactName, data.facets["torchx_artifact"].run) == (
+        "data",
+        "slurm://torchx/7",
+    )
+    assert model.facets["torchx_artifact"].artifactName == "model"
+    assert not inputs[0].facets  # the parent run's dataset is no artifact
+
+
 def _op(**kwargs) -> TorchXOperator:
     return TorchXOperator(
         task_id="train",

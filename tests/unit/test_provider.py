@@ -39,6 +39,8 @@ def test_provider_info_lists_every_class_and_they_import():
         "outage_timeout",
         "infrastructure_retries",
         "prices",
+        "cache",
+        "cache_ttl",
     }
     assert set(conns["torchx_fsspec"]["conn-fields"]) == {"root", "storage_options"}
     assert set(conns["mlflow"]["conn-fields"]) == {"experiment"}

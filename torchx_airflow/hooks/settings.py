@@ -4,7 +4,8 @@ Connection extra (all optional)::
 
     {"scheduler": "slurm", "cfg": {"partition": "gpu", "time": "01:00:00"}, "trackers": ["mlflow_default"],
      "env_passthrough": ["CUDA_HOME", "NCCL_*"], "outage_timeout": 1800, "infrastructure_retries": 3,
-     "prices": {"cpu_hour": 0.05, "gpu_hour": {"a100": 2.5, "default": 1.0}, "mem_gb_hour": 0.005}}
+     "prices": {"cpu_hour": 0.05, "gpu_hour": {"a100": 2.5, "default": 1.0}, "mem_gb_hour": 0.005},
+     "cache": true, "cache_ttl": 604800}
 
 ``outage_timeout``: seconds a wait on this connection's scheduler goes on while the scheduler gives
 no answer (a task's own ``outage_timeout`` wins; unset: ``[torchx] outage_timeout``, 600 s).
@@ -12,6 +13,9 @@ no answer (a task's own ``outage_timeout`` wins; unset: ``[torchx] outage_timeou
 resubmitted within the task's try (a task's own wins; unset: ``[torchx] infrastructure_retries``, 3;
 see ``torchx_airflow.resubmission``).
 ``prices``: the price table that turns a run's usage into a cost (``torchx_airflow.pricing``).
+``cache``: whether the connection's tasks are cached (``torchx_airflow.cache``) unless a task says
+otherwise (default false); ``cache_ttl``: seconds a cache record is used (a task's own wins; default
+30 days).
 
 Also the parsers other connection types share: a JSON-object extra, the list of known extra keys.
 """
@@ -43,6 +47,8 @@ class TorchXConnectionSettings:
     outage_timeout: float | None = None
     infrastructure_retries: int | None = None
     prices: PriceTable | None = None
+    cache: bool = False
+    cache_ttl: float | None = None
 
     @classmethod
     def from_extra(cls, conn_id: str, extra: Mapping[str, Any]) -> TorchXConnectionSettings:
@@ -69,6 +75,8 @@ class TorchXConnectionSettings:
             outage_timeout=_parse_outage_timeout(conn_id, get("outage_timeout")),
             infrastructure_retries=_parse_infrastructure_retries(conn_id, get("infrastructure_retries")),
             prices=PriceTable.from_extra(conn_id, get("prices")),
+            cache=_parse_bool(conn_id, "cache", get("cache")),
+            cache_ttl=_parse_cache_ttl(conn_id, get("cache_ttl")),
         )
 
 
@@ -79,6 +87,32 @@ def _parse_infrastructure_retries(conn_id: str, value: Any) -> int | None:
         return check_infrastructure_retries(value, f"Connection {conn_id!r}")
     except TorchXConfigError as e:  # a connection's is a connection error
         raise TorchXConnectionError(f"{e} Set extra 'infrastructure_retries' to e.g. 3.") from None
+
+
+def _parse_bool(conn_id: str, key: str, value: Any) -> bool:
+    """A boolean extra: JSON true/false, or the text "true"/"false" the connection form may store."""
+    if value is None:
+        return False
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    if not isinstance(value, bool):
+        raise TorchXConnectionError(
+            f"Connection {conn_id!r}: extra {key!r} must be true or false, got {value!r}. "
+            f'Write it as JSON, e.g. {{"{key}": true}}.'
+        )
+    return value
+
+
+def _parse_cache_ttl(conn_id: str, value: Any) -> float | None:
+    from torchx_airflow.cache import check_ttl
+
+    try:
+        return check_ttl(value, f"Connection {conn_id!r}")
+    except Exception:  # TorchXConfigError: a connection's is a connection error
+        raise TorchXConnectionError(
+            f"Connection {conn_id!r}: extra 'cache_ttl' must be a positive number of seconds, got "
+            f"{value!r}. Write it as e.g. 604800 (7 days)."
+        ) from None
 
 
 def _parse_outage_timeout(conn_id: str, value: Any) -> float | None:

@@ -8,7 +8,7 @@ MLflow, s3fs or docker module.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +18,7 @@ from torchx_airflow_tracker.compat import cached_property
 
 from torchx_airflow.apps import SUCCEEDED, role_replicas
 from torchx_airflow.assets import check_artifact_assets
+from torchx_airflow.cache import check_ignore_args, check_ttl
 from torchx_airflow.exceptions import TorchXAppFailedError, TorchXConfigError
 from torchx_airflow.kills import KillGuard
 from torchx_airflow.links.torchx import TorchXAppLink, TorchXTrackerLink
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from torchx.specs import AppDef, AppStatus
     from torchx.tracker.api import TrackerBase
 
+    from torchx_airflow.caching import TaskCache
     from torchx_airflow.durable import DurableSubmission
     from torchx_airflow.resubmission import Resubmission
     from torchx_airflow.usage import RunAccounting
@@ -111,10 +113,24 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
     (Slurm: ``sacct``; local_cwd: the replica processes; others: requested resources x elapsed) and,
     with a price table, ``cost`` its estimate and actual cost; the same go to the trackers' metadata
     (``torchx_usage``, ``torchx_cost``), also for an app that failed.
+    :param cache: before submitting, look for an earlier run with the same inputs (the app, the
+        scheduler and its cfg, the files the arguments name, the parents' artifacts, ``cache_salt``)
+        that SUCCEEDED, and return its result (with ``cache_hit: True`` and ``cached_from``) instead
+        of submitting; a run that SUCCEEDS records its key in the task's trackers. None (default):
+        the connection's extra ``cache``, else off. Needs a tracker and ``wait_for_completion``. See
+        :mod:`torchx_airflow.cache`.
+    :param cache_salt: any text, part of the key: change it to run again whatever the cache holds
+        (templated).
+    :param cache_ignore_args: arguments that do not change the result, left out of the key: an
+        option name (``"--out"``) leaves out its value, anything else is an ``fnmatch`` pattern
+        matched against whole arguments (``"/tmp/run-*"``).
+    :param cache_ttl: seconds (or a ``timedelta``) a recorded result is reused; None: the
+        connection's extra ``cache_ttl``, else 30 days.
 
     Other parameters are those of :class:`TorchXDryRunOperator`.
     """
 
+    template_fields: Sequence[str] = (*TorchXDryRunOperator.template_fields, "cache_salt")
     operator_extra_links = (TorchXAppLink(), TorchXTrackerLink())
     external_id_key = "torchx_app_handle"
 
@@ -133,6 +149,10 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         artifact_assets: Mapping[str, Asset | AssetAlias] | None = None,
         expected_duration: timedelta | float | None = None,
         max_cost: float | None = None,
+        cache: bool | None = None,
+        cache_salt: str = "",
+        cache_ignore_args: Sequence[str] | None = None,
+        cache_ttl: float | timedelta | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -161,6 +181,11 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         where = f"Task {self.task_id!r}"
         self.infrastructure_retries = check_infrastructure_retries(infrastructure_retries, where)
         self.checkpoint_artifact = check_checkpoint_artifact(checkpoint_artifact, where)
+        self._check_cache(cache, wait_for_completion)
+        self.cache = cache
+        self.cache_salt = cache_salt
+        self.cache_ignore_args = check_ignore_args(cache_ignore_args, f"Task {self.task_id!r}")
+        self.cache_ttl = check_ttl(cache_ttl, f"Task {self.task_id!r}")
         self._app_handle: str | None = None
         self._status: AppStatus | None = None
         self._status_of: str | None = None  # the handle self._status is of
@@ -175,9 +200,81 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         try:
             with self._kills.running(context["ti"]):
                 self._durable(context).recover()  # a try that died submitting left a mark
+                cached = self._cached_result(context)
+                if cached is not None:
+                    return cached
                 return self.execute_resumable(context)
         finally:
             self.hook.close()
+
+    # caching (torchx_airflow.cache, torchx_airflow.caching)
+
+    def _check_cache(self, cache: bool | None, wait_for_completion: bool) -> None:
+        if cache and not wait_for_completion:
+            raise TorchXConfigError(
+                f"Task {self.task_id!r}: cache=True needs wait_for_completion=True: a task that does not "
+                "wait never sees its app succeed, so it could never record a result to reuse. Set "
+                "wait_for_completion=True, or cache=False."
+            )
+
+    @cached_property
+    def _cache(self) -> TaskCache | None:
+        """This task's cache, or None when caching is off (``cache``, else the connection's)."""
+        from torchx_airflow.cache import DEFAULT_TTL
+        from torchx_airflow.caching import CacheSettings, TaskCache, cache_enabled
+
+        settings = self.hook.settings
+        if not cache_enabled(self.cache, settings.cache, self.wait_for_completion):
+            return None
+        if not self.trackers:
+            raise TorchXConfigError(
+                f"Task {self.task_id!r} is cached (cache={self.cache!r}, connection {self.torchx_conn_id!r} "
+                f"cache={settings.cache!r}) but has no tracker: cache records live in the task's trackers. "
+                "Give it tracker connections (tracker_conn_ids or the connection's extra 'trackers'), or "
+                "set cache=False. Nothing was submitted."
+            )
+        ttl = self.cache_ttl or settings.cache_ttl or DEFAULT_TTL
+        cache_settings = CacheSettings(str(self.cache_salt or ""), self.cache_ignore_args, ttl)
+        return TaskCache(cache_settings, self.trackers, self.tracker_timeout, self.log)
+
+    def _cache_key(self, cache: TaskCache, context: Context) -> str | None:
+        from torchx_airflow.caching import key_app
+
+        self.trackers.check_within(self.tracker_timeout, f"Task {self.task_id!r}")
+        app = key_app(
+            self.task_id,
+            component=self.component,
+            component_args=self.component_args,
+            app=self.app,
+            env=self.env,
+            app_name=self.app_name,
+            rules=cache.settings.ignore_args,
+        )
+        return cache.key(self.hook, app, context)
+
+    def _cached_result(self, context: Context) -> dict[str, Any] | None:
+        """With caching on, the result of an earlier run with this task's key (nothing submitted);
+        None to go on and submit. A task with a job of its own (an earlier try's, to reattach to or
+        to replace) never takes another run's result: it keeps the key of its own submission."""
+        cache = self._cache
+        if cache is None:
+            return None
+        store = context.get("task_state_store") if self.durable else None
+        if store is not None and store.get(self.external_id_key):
+            if cache.recall(context, self.durable) is None and (key := self._cache_key(cache, context)):
+                cache.remember(key, context, self.durable)
+            return None
+        key = self._cache_key(cache, context)
+        if key is None:
+            return None
+        record = cache.lookup(key)
+        if record is None:
+            self.log.info("TorchX cache miss: key %s has no usable record; submitting", key)
+            cache.remember(key, context, self.durable)
+            return None
+        self._result = cache.use(record, key, self._app, context, self.artifact_assets)
+        self._publish_handle(str(record["app_handle"]), context)
+        return self._result
 
     # ResumableJobMixin: submit once, remember the handle, reattach on the next try
 
@@ -252,7 +349,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         # idempotent in the stores).
         from torchx_airflow.dag_lineage import record_task_run
 
-        record_task_run(self.trackers, app_handle, context, self.tracker_timeout, self.log)
+        record_task_run(self.trackers, app_handle, context, self.tracker_timeout, self.log, self._app)
         if not self.wait_for_completion:
             self._status = self._wait.status(app_handle)
             return self.get_job_result(app_handle, context)
@@ -368,7 +465,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         self._publish_handle(app_handle, context)
         attempts = self._resubmission(context).attempts.summary(app_handle, summary.get("state"))
         usage, cost = self._accounting.at_end(app_handle, self._app, summary["state"], terminal, context)
-        return finish_run(
+        result = finish_run(
             context,
             app_handle,
             {**summary, "attempts": attempts},
@@ -380,6 +477,10 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
             usage=usage,
             cost=cost,
         )
+        # finish_run raised unless the app SUCCEEDED: only a success records its key
+        if terminal and self._cache is not None and (key := self._cache.recall(context, self.durable)):
+            result = self._cache.record(key, app_handle, result, context)
+        return result
 
     # deferrable
 

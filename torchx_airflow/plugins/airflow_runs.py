@@ -121,7 +121,15 @@ def _seed(dag_id: str, run_id: str, task_id: str, map_index: int, state: Any, xc
         usage=RunUsage.from_values(result.get("usage"), result.get("cost"))
         if isinstance(result, dict)
         else None,
+        cached_from=_cached_from(result),
     )
+
+
+def _cached_from(result: Any) -> str | None:
+    """The earlier run a cache hit's result came from (``cached_from``), else None."""
+    if isinstance(result, dict) and result.get("cache_hit") and isinstance(result.get("cached_from"), str):
+        return str(result["cached_from"])
+    return None
 
 
 def tracked_tasks(session: Session, dag_id: str, run_id: str) -> list[TrackedTask]:
@@ -240,3 +248,4 @@ def _enrich_dag(session: Session, dag_id: str, runs: list[tuple[RunNode, Airflow
         run.app_state = seed.app_state
         run.links.update(seed.links)
         run.usage = seed.usage or run.usage
+        run.cached_from = seed.cached_from or run.cached_from

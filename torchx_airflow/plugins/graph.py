@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.apps import AIRFLOW_RUN_SCHEME, AppHandle
-from torchx_airflow.dag_lineage import AIRFLOW_IDENTITY_KEYS, ATTEMPT_KEY, ENDED_BY_KEY
+from torchx_airflow.dag_lineage import AIRFLOW_IDENTITY_KEYS, ATTEMPT_KEY, CACHED_FROM_KEY, ENDED_BY_KEY
 from torchx_airflow.plugins.usage_view import RunUsage, usage_total
 from torchx_airflow.plugins.walk import Walk, parallel_map
 from torchx_airflow.usage import COST_KEY, USAGE_KEY
@@ -79,6 +79,7 @@ class Seed:
     app_state: str | None = None  # TorchX AppState name from the task's result, e.g. "SUCCEEDED"
     links: dict[str, str] = field(default_factory=dict)
     usage: RunUsage | None = None  # from the task's result
+    cached_from: str | None = None  # a cache hit: the handle of the earlier run whose result it returned
 
 
 @dataclass
@@ -111,6 +112,7 @@ class RunNode:
     artifacts: list[Artifact] = field(default_factory=list)
     hidden: bool = False  # a run of a DAG the user may not read: its id is opaque, nothing else shown
     usage: RunUsage | None = None  # what the run used and cost, as its task recorded it
+    cached_from: str | None = None  # a cache hit: the earlier run whose result the task returned
 
     @property
     def scheduler(self) -> str | None:
@@ -159,6 +161,7 @@ class RunNode:
             "artifacts": [a.node_id for a in self.artifacts],
             "hidden": self.hidden,
             "usage": self.usage.to_dict() if self.usage is not None else None,
+            "cached_from": self.cached_from,
         }
 
     def map_text(self, fn: Callable[[str], str]) -> RunNode:
@@ -176,6 +179,7 @@ class RunNode:
             [Artifact(fn(a.run_id), fn(a.name), fn(a.path)) for a in self.artifacts],
             self.hidden,
             self.usage,
+            fn(self.cached_from) if self.cached_from else None,
         )
 
 
@@ -294,11 +298,16 @@ def _airflow_task(metadata: Mapping[str, object]) -> AirflowTask | None:
     )
 
 
-def _details(store: TrackerBase, run_id: str) -> tuple[AirflowTask | None, list[Artifact], RunUsage | None]:
+Details = tuple[AirflowTask | None, list[Artifact], RunUsage | None, str | None]
+
+
+def _details(store: TrackerBase, run_id: str) -> Details:
+    """A run's Airflow task, artifacts, usage and, for a cache hit, the run it was cached from."""
     metadata = store.metadata(run_id)
-    task = _airflow_task(metadata)
     artifacts = [Artifact(run_id, name, str(a.path)) for name, a in sorted(store.artifacts(run_id).items())]
-    return task, artifacts, RunUsage.from_values(metadata.get(USAGE_KEY), metadata.get(COST_KEY))
+    usage = RunUsage.from_values(metadata.get(USAGE_KEY), metadata.get(COST_KEY))
+    cached_from = metadata.get(CACHED_FROM_KEY)
+    return _airflow_task(metadata), artifacts, usage, cached_from if isinstance(cached_from, str) else None
 
 
 def build_graph(
@@ -328,9 +337,14 @@ def build_graph(
         cut |= walk.cut
         for key, names in walk.edges.items():
             edges.setdefault(key, set()).update(names)
-        for run_id, (task, artifacts, usage) in details.items():
+        for run_id, (task, artifacts, usage, cached_from) in details.items():
             graph.runs[run_id] = RunNode(
-                run_id, walk.distance[run_id], task=task, artifacts=artifacts, usage=usage
+                run_id,
+                walk.distance[run_id],
+                task=task,
+                artifacts=artifacts,
+                usage=usage,
+                cached_from=cached_from,
             )
         for seed in seeds:
             if seed.run_id in graph.runs:
@@ -351,11 +365,12 @@ def _mark_seed(node: RunNode, seed: Seed) -> None:
     node.app_state = seed.app_state
     node.links.update(seed.links)
     node.usage = seed.usage or node.usage
+    node.cached_from = seed.cached_from or node.cached_from
 
 
 def _read_store(
     store: TrackerBase, seeds: Sequence[Seed], depth: int, known: Mapping[str, RunNode], budget: int
-) -> tuple[Walk, dict[str, tuple[AirflowTask | None, list[Artifact], RunUsage | None]]]:
+) -> tuple[Walk, dict[str, Details]]:
     """One store's walk from its seeds, and the details of the runs not already known."""
     walk = Walk(store, depth, budget=max(0, budget))
     walk.run(seed.run_id for seed in seeds)

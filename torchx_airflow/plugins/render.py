@@ -158,6 +158,7 @@ def _card(p: Placed, selected: bool) -> str:
     classes += ["seed"] if node.in_dag_run else ["other"]
     classes += ["selected"] if selected else []
     classes += ["hidden"] if node.hidden else []
+    classes += ["cached"] if node.cached_from and not node.hidden else []
     if node.hidden:
         where = HIDDEN_LABEL
     elif node.in_dag_run or node.task is None:
@@ -165,6 +166,8 @@ def _card(p: Placed, selected: bool) -> str:
     else:
         where = f"{node.task.dag_id} · {node.task.run_id}"
     handle = "" if node.hidden else node.handle or node.run_id
+    if node.cached_from and not node.hidden:
+        handle = f"↺ cached from {node.cached_from}"
     label = "Hidden run" if node.hidden else node.label
     pill_w = 7.6 * len(state) + 16
     usage = node.usage.text() if node.usage is not None and not node.hidden else ""
@@ -314,6 +317,7 @@ def render_page(
   <div class="stats usage-total">{_esc(total_text(graph.usage_total))}</div>
   <div class="legend"><span class="key ok">succeeded</span><span class="key run">running</span>
     <span class="key bad">failed</span><span class="key seed-key">this DAG run</span>
+    <span class="key cached-key">cached</span>
     <span class="key other-key">earlier DAG run or other DAG</span>
     <span class="key art-key">artifact</span></div>
 </header>

@@ -121,6 +121,12 @@ class SchedulerSupport:
         ends and the task resubmits it with what resumes it (``torchx_airflow.resubmission``). The
         default leaves the request as it is."""
 
+    def image_digest(self, image: str) -> str | None:
+        """The content digest of ``image`` where the scheduler can tell it (a registry's
+        ``sha256:...``), for cache keys; None when it cannot: the key then holds the image's name
+        only, and a tag that moves (``:latest``) is not noticed. The default tells none."""
+        return None
+
     def submitted(self, app_id: str, dryrun_info: AppDryRunInfo) -> None:
         """Called after ``dryrun_info`` was submitted as ``app_id``: remember what later calls need."""
 

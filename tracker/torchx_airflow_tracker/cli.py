@@ -3,6 +3,8 @@
     torchx-airflow-tracker --fsspec s3://bucket/tracker show 'slurm://torchx/1234'
     torchx-airflow-tracker --mlflow http://127.0.0.1:5000 lineage 'slurm://torchx/1234' --format mermaid
     torchx-airflow-tracker list --parent 'slurm://torchx/1200'
+    torchx-airflow-tracker --fsspec /data/tracker cache list
+    torchx-airflow-tracker --fsspec /data/tracker cache delete <key>   # the next such task runs again
 
 Without --fsspec/--mlflow the store comes from the job environment (TORCHX_TRACKERS and
 TORCHX_TRACKER_<NAME>_CONFIG), the first one configured.
@@ -92,7 +94,49 @@ def build_parser() -> argparse.ArgumentParser:
     runs = sub.add_parser("list", help="run ids in the store")
     runs.add_argument("--parent", help="only the runs that have this run as a source")
     sub.add_parser("reindex", help="fsspec: read every run's sources into the index again")
+    cache = sub.add_parser("cache", help="the provider's cache records (torchx_airflow.cache)")
+    cache.add_argument("action", choices=["list", "show", "delete", "prune"],
+                       help="list the keys; show or delete one; prune: delete the expired ones")  # fmt: skip
+    cache.add_argument("key", nargs="?", help="the cache key (show, delete)")
     return parser
+
+
+def _cache(store: TrackerBase, action: str, key: str | None) -> str:
+    """Run a ``cache`` action; returns what to print."""
+    import time
+
+    records = getattr(store, "cache_records", None)
+    if records is None:
+        raise SystemExit(f"{store!r} keeps no cache records: pass --fsspec URL or --mlflow URI.")
+    if action in ("show", "delete"):
+        from torchx_airflow_tracker.cache_records import check_cache_key
+
+        if not key:
+            raise SystemExit(f"cache {action} needs a key: torchx-airflow-tracker cache {action} <key>")
+        try:
+            check_cache_key(key)
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
+    if action == "show":
+        record = records.get(key)
+        if record is None:
+            raise SystemExit(f"No cache record {key} in {store!r}.")
+        return json.dumps(record, indent=2, sort_keys=True, default=str)
+    if action == "delete":
+        if not records.delete(key):
+            raise SystemExit(f"No cache record {key} in {store!r}.")
+        return f"deleted {key}"
+    lines, now = [], time.time()
+    for found in records.keys():
+        record = records.get(found) or {}
+        expired = float(record.get("expires") or 0) <= now
+        if action == "prune" and expired:
+            records.delete(found)
+            lines.append(f"deleted {found} (expired)")
+        elif action == "list":
+            state = "expired" if expired else "valid"
+            lines.append(f"{found} {state} {record.get('app_handle', '?')}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         if not hasattr(store, "reindex"):
             raise SystemExit(f"{store!r} keeps no descendants index: nothing to rebuild.")
         print(f"{store.reindex()} edges indexed")
+    elif args.command == "cache":
+        print(_cache(store, args.action, args.key))
     elif args.command == "show":
         info = _show(store, args.run_id, args.depth)
         print(json.dumps(info, indent=2, default=str) if args.format == "json" else _show_text(info))

@@ -14,6 +14,7 @@ plus what TorchX's reader never looks at (see ``store_layout``)::
     <root>/<b32(run_id)>/id                          the run id, when it is too long for a name
     <root>/.d.<parent>.<run_id>.<name>               reverse edge: run_id has parent as a source
     <root>/.i.<b32(run_id)>                          every source of run_id has its reverse edge
+    <root>/.c.<key>                                  a cache record (``cache_records``)
 
 A source gets no directory of its own, so an external dataset id never shows up in ``run_ids()``.
 Every edge name is its own file, created once, so ranks adding names to the same edge at once
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchx.tracker.api import TrackerArtifact, TrackerBase
 
+from torchx_airflow_tracker.cache_records import FsspecCacheRecords
 from torchx_airflow_tracker.config import TrackerConfigError, parse_config
 from torchx_airflow_tracker.run_graph import (
     DEFAULT_DEPTH,
@@ -359,6 +361,11 @@ class FsspecStore(EdgeQueries, TrackerBase):
         if legacy in names:
             self.files.remove_tree(posixpath.join(self.root, legacy))
         return written
+
+    @property
+    def cache_records(self) -> FsspecCacheRecords:
+        """The provider's cache records, in ``<root>/.c.<key>`` files (``cache_records`` module)."""
+        return FsspecCacheRecords(self)
 
     def run_ids(self, **kwargs: str) -> Iterable[str]:
         parent_run_id = kwargs.pop("parent_run_id", None)

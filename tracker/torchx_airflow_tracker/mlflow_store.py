@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from mlflow.entities import Run
     from mlflow.tracking import MlflowClient
 
+    from torchx_airflow_tracker.cache_records import MlflowCacheRecords
+
 log = logging.getLogger(__name__)
 
 RUN_ID_TAG = "torchx.run_id"
@@ -171,6 +173,14 @@ def _batches(tags: Mapping[str, str]) -> Iterator[list[tuple[str, str]]]:
         size += item_size
     if batch:
         yield batch
+
+
+def log_tags(client: MlflowClient, mlflow_id: str, tags: Mapping[str, str]) -> None:
+    """Set ``tags`` on an MLflow run in as few ``log_batch`` calls as MLflow accepts."""
+    from mlflow.entities import RunTag
+
+    for batch in _batches(tags):
+        client.log_batch(mlflow_id, tags=[RunTag(k, v) for k, v in batch])
 
 
 def _decode(value: str, all_tags: Mapping[str, str]) -> Any:
@@ -469,6 +479,13 @@ class MlflowStore(EdgeQueries, TrackerBase):
             return sorted(self._children(parent_run_id))
         runs = self._search(f"tags.`{RUN_ID_TAG}` LIKE '%'")
         return sorted({r.data.tags[RUN_ID_TAG] for r in runs})
+
+    @cached_property
+    def cache_records(self) -> MlflowCacheRecords:
+        """The provider's cache records, one run per key in experiment ``.torchx-cache.<id>``."""
+        from torchx_airflow_tracker.cache_records import MlflowCacheRecords
+
+        return MlflowCacheRecords(self)
 
     def run_url(self, run_id: str) -> str | None:
         """The MLflow UI page of the run, for http(s) tracking URIs."""

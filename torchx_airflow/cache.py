@@ -1,0 +1,324 @@
+"""Lineage-based caching: a task whose inputs match an earlier run that SUCCEEDED submits nothing.
+
+With ``TorchXOperator(cache=True)`` (or ``@task.torchx(cache=True)``, or the connection's extra
+``cache``) the task computes a *key* before submitting: the SHA-256 of the canonical JSON
+(``key_inputs``) of what determines its app's result:
+
+- the app as the scheduler would get it: every role's image (and its digest, where the scheduler
+  layer has one), entrypoint, rendered arguments, env names and values, resources, replicas, retry
+  policy, ports and mounts, and the app's metadata; values that are secrets (names Airflow's masker
+  hides, values holding a secret it knows, URL passwords) enter as a salted PBKDF2 digest, never
+  as themselves. The provider's own variables (the tracker config, the OpenLineage parent) and the
+  app's name are left out: they say where a run is recorded, not what it computes;
+- the scheduler and its resolved run options (``cfg`` with the scheduler's defaults filled in);
+- the local files the arguments name (job scripts, configs), by content (``fingerprints``);
+- every artifact of every parent run (the nearest upstream TorchX apps and tracked tasks, as for
+  lineage): its path and what its store offers about it (content digest, ETag, size, time);
+- ``cache_salt``, and the key format's version.
+
+``cache_ignore_args`` leaves arguments out: ``"--out"`` the value of the option ``--out`` (``--out
+X`` or ``--out=X``; a flag with no value goes altogether), anything else is an ``fnmatch`` pattern
+matched against whole arguments (``"/tmp/run-*"``). Ignored values are replaced, not dropped, so a
+component still parses its arguments: for a component they apply to ``component_args``, for an
+``AppDef`` to each role's arguments.
+
+A record ``{app_handle, result, created, expires, outputs, airflow}`` goes to every tracker store of
+the task when a run with that key SUCCEEDED (never for a failed or cancelled one), under the key
+(``torchx_airflow_tracker.cache_records``). The next task with the same key finds it in the first
+store that has it, unexpired (``cache_ttl``, default 30 days), checks that the run's outputs (its
+artifacts) still hold what they held, and returns its result with ``cache_hit: True`` and
+``cached_from: <handle>``, submitting nothing. Anything the key needs that cannot be read (a
+parent's artifact that is gone, a tracker that does not answer) turns caching off for that
+execution, with a warning: the task runs, and records no key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import time
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from fnmatch import fnmatchcase
+from typing import TYPE_CHECKING, Any
+
+from torchx_airflow.exceptions import TorchXConfigError
+
+if TYPE_CHECKING:
+    from torchx.specs import AppDef
+    from torchx.tracker.api import TrackerBase
+
+KEY_VERSION = 1
+DEFAULT_TTL = timedelta(days=30).total_seconds()
+#: What an ignored argument's value becomes in the app the key is computed from.
+IGNORED = "<cache_ignore_args>"
+#: task_state_store (and XCom) key of the cache key of the task's submission.
+STATE_KEY = "torchx_cache_key"
+# PBKDF2 rounds for secret values in a key: the key is stored, and a guess costs this many hashes
+SECRET_ROUNDS = 100_000
+_GLOB = re.compile(r"[*?\[]")
+_NUMBER = re.compile(r"^-\d")
+
+
+# parameters
+
+
+def check_ignore_args(value: Any, where: str) -> tuple[str, ...]:
+    """``cache_ignore_args`` as a tuple of non-empty strings; anything else is refused.
+
+    >>> check_ignore_args(["--out", "/tmp/run-*"], "Task 't'")
+    ('--out', '/tmp/run-*')
+    """
+    if value is None:
+        return ()
+    if (
+        isinstance(value, str)
+        or not isinstance(value, Sequence)
+        or not all(isinstance(v, str) and v.strip() for v in value)
+    ):
+        raise TorchXConfigError(
+            f"{where}: cache_ignore_args must be a list of option names or patterns, got {value!r}. "
+            'Write it as e.g. ["--out", "--log-level", "/tmp/run-*"]: an option name ignores its value, '
+            "anything else is an fnmatch pattern matched against whole arguments."
+        )
+    return tuple(v.strip() for v in value)
+
+
+def check_ttl(value: Any, where: str) -> float | None:
+    """``cache_ttl`` in seconds (a number or a ``timedelta``); None keeps the default."""
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
+        raise TorchXConfigError(
+            f"{where}: cache_ttl must be a positive number of seconds or a timedelta, got {value!r}. "
+            "Write it as e.g. cache_ttl=timedelta(days=7) or cache_ttl=604800."
+        )
+    return float(seconds)
+
+
+def _is_option_rule(rule: str) -> bool:
+    return rule.startswith("-") and "=" not in rule and not _GLOB.search(rule)
+
+
+def _is_value(arg: str) -> bool:
+    return not arg.startswith("-") or bool(_NUMBER.match(arg)) or arg == "-"
+
+
+def ignore_args(args: Sequence[str], rules: Sequence[str]) -> list[str]:
+    """``args`` with what ``rules`` ignore replaced by ``IGNORED`` (a lone flag is dropped).
+
+    >>> ignore_args(["--lr", "0.1", "--out", "/r/1", "--log=DEBUG", "-v"], ["--out", "--log", "-v"])
+    ['--lr', '0.1', '--out', '<cache_ignore_args>', '--log=<cache_ignore_args>']
+    >>> ignore_args(["train.py", "/tmp/run-7/out"], ["/tmp/run-*"])
+    ['train.py', '<cache_ignore_args>']
+    """
+    options = [r for r in rules if _is_option_rule(r)]
+    patterns = [r for r in rules if not _is_option_rule(r)]
+    kept: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = str(args[i])
+        option = next((o for o in options if arg == o or arg.startswith(o + "=")), None)
+        if option is not None and arg.startswith(option + "="):
+            kept.append(f"{option}={IGNORED}")
+        elif option is not None and i + 1 < len(args) and _is_value(str(args[i + 1])):
+            kept += [arg, IGNORED]
+            i += 1
+        elif option is None and any(fnmatchcase(arg, p) for p in patterns):
+            kept.append(IGNORED)
+        elif option is None:
+            kept.append(arg)
+        i += 1
+    return kept
+
+
+# the key
+
+
+def secret_digest(name: str, value: str) -> str:
+    """What a secret value adds to a key: a PBKDF2-SHA256 digest salted with its name, slow to guess."""
+    salt = f"torchx-airflow-cache:{name}".encode()
+    return hashlib.pbkdf2_hmac("sha256", value.encode(), salt, SECRET_ROUNDS).hex()
+
+
+def _holds_secret(text: str) -> bool:
+    from torchx_airflow.secrets import redact_text, uri_secrets
+
+    return bool(uri_secrets(text)) or redact_text(text) != text
+
+
+def _shown(name: str, value: Any, secret: bool) -> Any:
+    if secret or (isinstance(value, str) and _holds_secret(value)):
+        return {"secret_pbkdf2": secret_digest(name, str(value))}
+    return value
+
+
+def _role_doc(role: Any, digests: Mapping[str, str]) -> dict[str, Any]:
+    from torchx_airflow.apps import json_safe
+    from torchx_airflow.schedulers.env import secret_env_names
+
+    doc: dict[str, Any] = json_safe(dataclasses.asdict(role))  # every field, whatever TorchX's version
+    secret = secret_env_names({str(k): str(v) for k, v in role.env.items()})
+    doc["env"] = {str(k): _shown(str(k), str(v), str(k) in secret) for k, v in sorted(role.env.items())}
+    doc["args"] = [_shown(f"{role.name}.args", str(a), False) for a in role.args]
+    doc["entrypoint"] = _shown(f"{role.name}.entrypoint", str(role.entrypoint), False)
+    doc["image_digest"] = digests.get(role.image)
+    return doc
+
+
+def key_inputs(
+    app: AppDef,
+    scheduler: str,
+    cfg: Mapping[str, Any],
+    *,
+    files: Mapping[str, Any] | None = None,
+    parents: Sequence[Mapping[str, Any]] = (),
+    salt: str = "",
+    image_digests: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The canonical description the key hashes (see the module's docstring); holds no secret.
+
+    :param app: the task's app without the provider's env, ignored arguments replaced.
+    :param cfg: the scheduler's resolved run options.
+    :param files: path -> fingerprint of the local files the arguments name.
+    :param parents: ``{"path", "fingerprint"}`` of every artifact of every parent run.
+    :param image_digests: image -> digest, where the scheduler layer resolves one.
+    """
+    from torchx_airflow.apps import json_safe
+    from torchx_airflow.secrets import should_hide_value_for_key
+
+    digests = image_digests or {}
+    return {
+        "version": KEY_VERSION,
+        "scheduler": scheduler,
+        "cfg": {
+            str(k): _shown(f"cfg.{k}", json_safe(v), should_hide_value_for_key(str(k)))
+            for k, v in sorted(cfg.items())
+        },
+        "app": {
+            "metadata": json_safe(dict(app.metadata or {})),
+            "roles": [_role_doc(role, digests) for role in app.roles],
+        },
+        "files": dict(sorted((files or {}).items())),
+        "parents": sorted((dict(p) for p in parents), key=lambda p: json.dumps(p, sort_keys=True)),
+        "salt": salt,
+    }
+
+
+def key_of(inputs: Mapping[str, Any]) -> str:
+    """The cache key: SHA-256 of the inputs' canonical JSON (sorted keys, no whitespace)."""
+    text = json.dumps(inputs, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def file_inputs(app: AppDef) -> dict[str, Any]:
+    """Path -> fingerprint of the local files ``app`` names; ``FingerprintError`` if one is unreadable."""
+    from torchx_airflow.fingerprints import fingerprint, named_files
+
+    return {path: fingerprint(path) for path in named_files(app)}
+
+
+def parent_inputs(store: TrackerBase, parents: Sequence[str]) -> list[dict[str, Any]]:
+    """``{"path", "fingerprint"}`` of every artifact of every parent in ``store``; raises
+    ``FingerprintError`` for one that cannot be read."""
+    from torchx_airflow.fingerprints import fingerprint
+    from torchx_airflow.secrets import strip_userinfo
+
+    paths = {str(a.path) for parent in parents for a in store.artifacts(parent).values() if a.path}
+    return [{"path": strip_userinfo(path), "fingerprint": fingerprint(path)} for path in sorted(paths)]
+
+
+# records
+
+
+def new_record(
+    key: str, app_handle: str, result: Mapping[str, Any], ttl: float, airflow: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The record of a run that SUCCEEDED: its result, when it expires, what its outputs hold now
+    (a fingerprint per artifact path; None for one this process cannot read, not checked later)."""
+    from torchx_airflow.apps import json_safe
+    from torchx_airflow.fingerprints import FingerprintError, fingerprint
+
+    outputs: dict[str, Any] = {}
+    for artifact in (result.get("artifacts") or {}).values():
+        path = str(artifact.get("path") or "")
+        if path:
+            try:
+                outputs[path] = fingerprint(path)
+            except FingerprintError:
+                outputs[path] = None
+    now = time.time()
+    return {
+        "version": KEY_VERSION,
+        "key": key,
+        "app_handle": app_handle,
+        "result": json_safe(dict(result)),
+        "created": now,
+        "expires": now + ttl,
+        "outputs": outputs,
+        "airflow": json_safe(dict(airflow)),
+    }
+
+
+def usable(record: Any, key: str, now: float | None = None) -> str | None:
+    """Why ``record`` cannot be used for ``key`` (not one, expired, outputs changed), or None."""
+    from torchx_airflow.fingerprints import FingerprintError, fingerprint
+
+    if not isinstance(record, dict) or record.get("key") != key or record.get("version") != KEY_VERSION:
+        return "not a record of this key"
+    if not isinstance(record.get("result"), dict) or not isinstance(record.get("app_handle"), str):
+        return "not a record of this key"
+    if float(record.get("expires") or 0) <= (time.time() if now is None else now):
+        return "expired"
+    for path, held in (record.get("outputs") or {}).items():
+        if held is None:
+            continue
+        try:
+            now_holds = fingerprint(path)
+        except FingerprintError as e:
+            return f"its output {path!r} is gone ({e})"
+        if now_holds != held:
+            return f"its output {path!r} changed since"
+    return None
+
+
+def cache_records(store: TrackerBase) -> Any:
+    """The store's cache records (``put/get/delete/keys``), or None for a store without them."""
+    return getattr(store, "cache_records", None)
+
+
+def find_record(stores: Sequence[TrackerBase], key: str, task_log: Any) -> dict[str, Any] | None:
+    """The first usable record of ``key`` in ``stores`` (in order); reasons to skip one are logged."""
+    for store in stores:
+        records = cache_records(store)
+        if records is None:
+            continue
+        record = records.get(key)
+        if record is None:
+            continue
+        reason = usable(record, key)
+        if reason is None:
+            return record
+        task_log.info("Cache record %s in %r not used: %s", key, store, reason)
+    return None
+
+
+def write_record(stores: Sequence[TrackerBase], key: str, record: Mapping[str, Any], task_log: Any) -> int:
+    """Write ``record`` to every store that keeps records; a store that fails is a warning. Returns
+    how many stores have it."""
+    from torchx_airflow.retry import tracker_retrying
+
+    written = 0
+    for store in stores:
+        records = cache_records(store)
+        if records is None:
+            continue
+        try:
+            tracker_retrying(f"Writing cache record {key} to {store!r}")(lambda r=records: r.put(key, record))
+            written += 1
+        except Exception as e:
+            task_log.warning("Could not write cache record %s to %r: %s: %s", key, store, type(e).__name__, e)
+    return written

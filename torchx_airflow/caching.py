@@ -1,0 +1,264 @@
+"""A task's cache (``torchx_airflow.cache``) as the operator drives it: key, lookup, hit, record.
+
+``TaskCache`` takes values (the task's hook, trackers, context), never the operator. Before
+submitting, ``key`` computes the task's key and ``lookup`` finds a usable record; a hit is turned
+into the task's result by ``use`` (no submission), a miss is remembered (``remember``: Airflow's
+``task_state_store``, so a retry that reattaches, or a deferred task that resumes, records the key
+of the job it waited on) and recorded by ``record`` once the app SUCCEEDED.
+
+A hit leaves the same traces as a run: XCom ``app_handle`` (the earlier run's handle),
+``torchx_run_id``, the asset events of ``artifact_assets`` and the OpenLineage events. Its tracker
+run is the task's own ``airflow://<dag>/<run>/<task>[/<map>]`` run: its sources are the task's DAG
+parents (named by artifact, as for an app) and the earlier run, its metadata the Airflow identity
+plus ``airflow_cached_from`` (the earlier handle) and ``airflow_cache_key``, its artifacts the
+earlier run's; children of the task link to it as to any tracked run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from torchx_airflow.cache import (
+    DEFAULT_TTL,
+    IGNORED,
+    STATE_KEY,
+    file_inputs,
+    find_record,
+    ignore_args,
+    key_inputs,
+    key_of,
+    new_record,
+    parent_inputs,
+    write_record,
+)
+from torchx_airflow.dag_lineage import CACHE_KEY_KEY, CACHED_FROM_KEY
+from torchx_airflow.exceptions import TorchXComponentError, TorchXConfigError
+
+if TYPE_CHECKING:
+    from airflow.sdk import Asset, AssetAlias, Context
+    from torchx.specs import AppDef
+
+    from torchx_airflow.hooks.torchx import TorchXHook
+    from torchx_airflow.trackers import TrackerSet
+
+
+@dataclass(frozen=True)
+class CacheSettings:
+    """What a task's cache needs to know besides its app: ``cache_salt``, ``cache_ignore_args`` and
+    ``cache_ttl`` (seconds)."""
+
+    salt: str = ""
+    ignore_args: tuple[str, ...] = ()
+    ttl: float = DEFAULT_TTL
+
+
+def cache_enabled(task_value: bool | None, connection_value: bool, wait_for_completion: bool) -> bool:
+    """The task's ``cache``, else its connection's; off for a task that does not wait (it never
+    sees its app succeed, so it could never record a key)."""
+    enabled = connection_value if task_value is None else task_value
+    return bool(enabled) and wait_for_completion
+
+
+def key_app(
+    task_id: str,
+    *,
+    component: str | None,
+    component_args: Any,
+    app: AppDef | None,
+    env: Any,
+    app_name: str | None,
+    rules: Sequence[str],
+) -> AppDef:
+    """The task's app as its key sees it: without the provider's env, ignored arguments replaced
+    (in ``component_args`` for a component, in each role's arguments for an ``AppDef``)."""
+    from torchx_airflow.apps import build_task_app, normalize_component_args
+
+    if component is not None:
+        args = ignore_args(normalize_component_args(component_args), rules)
+        try:
+            return build_task_app(
+                task_id, component=component, component_args=args, env=env, app_name=app_name
+            )
+        except TorchXComponentError as e:
+            if IGNORED not in args:
+                raise
+            raise TorchXConfigError(
+                f"Task {task_id!r}: with the arguments cache_ignore_args {list(rules)!r} leaves out, "
+                f"component {component!r} does not build ({e}). Ignore only arguments the job reads, such "
+                "as the value of an option after '--'."
+            ) from e
+    built = build_task_app(task_id, app=app, env=env, app_name=app_name)
+    for role in built.roles:
+        role.args = ignore_args([str(a) for a in role.args], rules)
+    return built
+
+
+class TaskCache:
+    """One task execution's cache.
+
+    :param settings: the task's salt, ignored arguments and expiry.
+    :param trackers: the task's trackers (records live in their stores).
+    :param tracker_timeout: seconds each tracker step gets; past it, caching is off for the step.
+    :param task_log: the task's logger.
+    """
+
+    def __init__(
+        self, settings: CacheSettings, trackers: TrackerSet, tracker_timeout: float, task_log: Any
+    ) -> None:
+        self.settings = settings
+        self.trackers = trackers
+        self.tracker_timeout = tracker_timeout
+        self.log = task_log
+
+    def key(self, hook: TorchXHook, app: AppDef, context: Context) -> str | None:
+        """The key of ``app`` (``key_app``) on the hook's scheduler, given the task's parents; None,
+        with a warning, when an input cannot be read (then nothing is cached)."""
+        from torchx_airflow.dag_lineage import parent_runs
+        from torchx_airflow.retry import call_within
+
+        scheduler = hook.scheduler
+        cfg = hook.resolve_cfg(scheduler, hook.cfg)
+        support = hook.support(scheduler)
+        digests = {r.image: d for r in app.roles if (d := support.image_digest(r.image)) is not None}
+        try:  # Airflow is asked in this thread (its API client is the task's); the stores in another
+            parents = parent_runs(context)
+        except Exception as e:
+            self.log.warning("Not caching this run: its parents cannot be read: %s: %s", type(e).__name__, e)
+            return None
+
+        def compute() -> tuple[str, dict[str, Any]]:
+            inputs = key_inputs(
+                app,
+                scheduler,
+                cfg,
+                files=file_inputs(app),
+                parents=parent_inputs(self.trackers.stores[0], parents) if parents else [],
+                salt=self.settings.salt,
+                image_digests=digests,
+            )
+            return key_of(inputs), inputs
+
+        done, value = call_within(self.tracker_timeout, "Computing the cache key", compute)
+        if not done:
+            self.log.warning("Not caching this run: its cache key could not be computed (see above)")
+            return None
+        key, inputs = value
+        self.log.info("TorchX cache key %s of: %s", key, json.dumps(inputs, sort_keys=True))
+        return str(key)
+
+    def lookup(self, key: str) -> dict[str, Any] | None:
+        """The usable record of ``key`` in the task's stores (the first that has one), or None."""
+        from torchx_airflow.retry import call_within
+
+        done, record = call_within(
+            self.tracker_timeout,
+            f"Looking up cache key {key}",
+            find_record,
+            self.trackers.stores,
+            key,
+            self.log,
+        )
+        return record if done else None
+
+    def remember(self, key: str, context: Context, durable: bool) -> None:
+        """Keep the key of the run about to be submitted, for whichever try or resume sees it end."""
+        store = context.get("task_state_store") if durable else None
+        if store is not None:
+            store.set(STATE_KEY, key)
+        context["ti"].xcom_push(key=STATE_KEY, value=key)
+
+    def recall(self, context: Context, durable: bool) -> str | None:
+        """The key ``remember`` kept for this task instance, if any."""
+        store = context.get("task_state_store") if durable else None
+        key = store.get(STATE_KEY) if store is not None else None
+        if not key:
+            ti = context["ti"]
+            key = ti.xcom_pull(task_ids=ti.task_id, key=STATE_KEY, map_indexes=ti.map_index)
+        return key if isinstance(key, str) and key else None
+
+    def record(
+        self, key: str, app_handle: str, result: Mapping[str, Any], context: Context
+    ) -> dict[str, Any]:
+        """The result of a run that SUCCEEDED, marked a miss, after writing its record to every store."""
+        from torchx_airflow.dag_lineage import airflow_metadata
+        from torchx_airflow.retry import call_within
+
+        result = {**result, "cache_hit": False, "cache_key": key}
+        airflow = airflow_metadata(context)  # asked of Airflow here, not in the writing thread
+
+        def write() -> int:
+            record = new_record(key, app_handle, result, self.settings.ttl, airflow)
+            return write_record(self.trackers.stores, key, record, self.log)
+
+        done, written = call_within(self.tracker_timeout, f"Writing cache record {key}", write)
+        if done and written:
+            self.log.info("Recorded cache key %s for %s in %d tracker store(s)", key, app_handle, written)
+        return result
+
+    def use(
+        self,
+        record: Mapping[str, Any],
+        key: str,
+        app: AppDef,
+        context: Context,
+        artifact_assets: Mapping[str, Asset | AssetAlias],
+    ) -> dict[str, Any]:
+        """The task's result from a hit: the earlier run's, with its XComs, lineage and asset events."""
+        from torchx_airflow.assets import emit_asset_events
+        from torchx_airflow.dag_lineage import XCOM_RUN_ID
+        from torchx_airflow.links.torchx import XCOM_TRACKER_URL, XCOM_UI_URL
+
+        handle = str(record["app_handle"])
+        result = {**record["result"], "cache_hit": True, "cached_from": handle, "cache_key": key}
+        when = (record.get("airflow") or {}).get("airflow_run_id", "?")
+        self.log.info(
+            "TorchX cache hit: key %s is that of %s (run %s), which SUCCEEDED: nothing submitted",
+            key,
+            handle,
+            when,
+        )
+        ti = context["ti"]
+        if result.get("ui_url"):
+            ti.xcom_push(key=XCOM_UI_URL, value=result["ui_url"])
+        run_id, tracker_url = self._record_hit(handle, key, result, app, context)
+        ti.xcom_push(key=XCOM_RUN_ID, value=run_id)
+        if tracker_url is not None:
+            ti.xcom_push(key=XCOM_TRACKER_URL, value=tracker_url)
+        emit_asset_events(context, artifact_assets, result)
+        return result
+
+    def _record_hit(
+        self, handle: str, key: str, result: Mapping[str, Any], app: AppDef, context: Context
+    ) -> tuple[str, str | None]:
+        """The hit's tracker run (see the module's docstring) and its MLflow page."""
+        from torchx_airflow.apps import airflow_run_id
+        from torchx_airflow.dag_lineage import airflow_metadata, artifact_labels, parent_runs, record_run
+        from torchx_airflow.retry import call_within
+
+        ti = context["ti"]
+        run_id = airflow_run_id(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
+        stores = self.trackers.stores
+        try:
+            parents = parent_runs(context)
+        except Exception as e:  # the hit stands; only its edges to the DAG's parents are missing
+            self.log.warning("Cache hit %s: its parents cannot be read: %s: %s", run_id, type(e).__name__, e)
+            parents = []
+        metadata = {**airflow_metadata(context), CACHED_FROM_KEY: handle, CACHE_KEY_KEY: key}
+
+        def write() -> str | None:
+            labels = artifact_labels(stores[0], parents, app) if parents else {}
+            for store in stores:
+                for name, artifact in (result.get("artifacts") or {}).items():
+                    store.add_artifact(run_id, name, artifact["path"], artifact.get("metadata") or None)
+            record_run(stores, run_id, [*parents, handle], metadata, labels)
+            return self.trackers.run_url(run_id)
+
+        done, url = call_within(self.tracker_timeout, f"Recording the cache hit of {run_id}", write)
+        if done:
+            self.log.info(
+                "Tracked %s in %s, cached from %s", run_id, ", ".join(self.trackers.conn_ids), handle
+            )
+        return run_id, url if done else None
