@@ -206,6 +206,7 @@ class KillGuard:
         self.key: TaskInstanceKey | None = None
         self.timed_out = False
         self.waiting = False
+        self.killed = False  # a kill was judged a person's or Airflow's: submit nothing more
 
     @contextlib.contextmanager
     def running(self, ti: Any) -> Iterator[None]:
@@ -245,6 +246,7 @@ class KillGuard:
         else:
             verdict = kill_verdict(self.key)
         if verdict.cancel:
+            self.killed = True
             task_log.info("Task killed (%s): cancelling TorchX app %s", verdict.reason, app_handle)
             cancel(app_handle)
             return

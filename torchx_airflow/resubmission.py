@@ -100,9 +100,14 @@ class Attempts:
         else:
             self.store.set(ATTEMPTS_KEY, attempts)
 
-    def started(self, app_handle: str, resumed_from: str | None = None, first: bool = False) -> int:
-        """Record a submitted job; ``first`` starts a new chain (a fresh submission). Its number."""
-        attempts = [] if first else self.load()
+    def reset(self) -> None:
+        """Start a new chain: a fresh submission (not a resubmission) follows."""
+        if self.load():
+            self._save([])
+
+    def started(self, app_handle: str, resumed_from: str | None = None) -> int:
+        """Record a submitted job as the chain's next attempt; its number."""
+        attempts = self.load()
         number = len(attempts) + 1
         attempts.append(
             {
@@ -207,6 +212,8 @@ class Resubmission:
     :param checkpoint_artifact: the artifact whose path the next job resumes from.
     :param tracker_store: the task's first tracker store, where the job records that artifact.
     :param task_log: the task's logger.
+    :param tracker_timeout: seconds a tracker read or write may take (past it: a warning, no resume
+        or no lineage; the job is resubmitted all the same).
     """
 
     def __init__(
@@ -216,8 +223,10 @@ class Resubmission:
         checkpoint_artifact: str,
         tracker_store: TrackerBase | None,
         task_log: Any,
+        tracker_timeout: float = 60.0,
     ) -> None:
         self.attempts = Attempts(store)
+        self.tracker_timeout = tracker_timeout
         self.budget = budget
         self.checkpoint_artifact = checkpoint_artifact
         self.tracker_store = tracker_store
@@ -241,7 +250,13 @@ class Resubmission:
                 self.budget,
             )
             return None
-        checkpoint = checkpoint_of(self.tracker_store, app_handle, self.checkpoint_artifact, self.log)
+        from torchx_airflow.retry import call_within
+
+        _, checkpoint = call_within(
+            self.tracker_timeout,
+            f"Reading the {self.checkpoint_artifact!r} artifact of {app_handle}",
+            lambda: checkpoint_of(self.tracker_store, app_handle, self.checkpoint_artifact, self.log),
+        )
         resume_from = checkpoint or ended.get("resumed_from")
         number = int(ended.get("attempt") or len(self.attempts.load())) + 1
         self.log.warning(
@@ -265,7 +280,12 @@ class Resubmission:
         """Lineage: the new job's run has the ended one as its source (through its checkpoint when
         it resumes from one). A store that fails costs a warning, never the running job."""
         from torchx_airflow.dag_lineage import record_attempt
+        from torchx_airflow.retry import call_within
 
         artifact = attempt.checkpoint_artifact if attempt.resume_from else None
-        for store in stores:
-            record_attempt(store, new_handle, attempt.number, previous, attempt.reason, artifact)
+
+        def record() -> None:
+            for store in stores:
+                record_attempt(store, new_handle, attempt.number, previous, attempt.reason, artifact)
+
+        call_within(self.tracker_timeout, f"Recording the attempts of {new_handle}", record)

@@ -280,3 +280,80 @@ def test_the_lineage_view_draws_each_attempt_and_the_checkpoint_edge_between_the
     ]
     svg = render_svg(graph)
     assert "train · attempt 1" in svg and "NODE_FAIL" in svg
+
+
+def test_a_kill_while_resubmitting_submits_nothing_more_and_cancels_what_slipped_through():
+    """on_kill cancels the job it knows (the ended one); the resubmission must not leave a new one."""
+    hook = FakeSchedulerHook([NODE_FAIL])
+    store = TaskStateStore()
+    op, _ = _resubmitting(hook, store)
+    schedule = hook.schedule
+
+    def schedule_then_killed(info: Any, token: str | None = None) -> str:
+        handle = schedule(info, token)
+        if len(hook.tokens) == 2:  # the kill arrives while sbatch of the resubmission runs
+            op._kills.killed = True
+        return handle
+
+    hook.schedule = schedule_then_killed  # type: ignore[method-assign]
+    with pytest.raises(TorchXAppFailedError, match="killed while resubmitting"):
+        op.execute(_context(store))
+    assert hook.cancelled == [SECOND] and len(hook.tokens) == 2
+
+    hook = FakeSchedulerHook([NODE_FAIL])
+    op, _ = _resubmitting(hook, TaskStateStore())
+    status = hook.status
+
+    def status_then_killed(handle: str) -> AppStatus | None:
+        op._kills.killed = True  # killed as the first job ended, before the resubmission's sbatch
+        return status(handle)
+
+    hook.status = status_then_killed  # type: ignore[method-assign]
+    with pytest.raises(TorchXAppFailedError, match="killed while resubmitting"):
+        op.execute(_context(TaskStateStore()))
+    assert len(hook.tokens) == 1 and hook.cancelled == []
+
+
+def test_no_resubmission_past_the_execution_timeout():
+    import datetime
+
+    hook = FakeSchedulerHook([NODE_FAIL])
+    store = TaskStateStore()
+    op, _ = _resubmitting(
+        hook, store, execution_timeout=datetime.timedelta(seconds=1)
+    )  # TI started in 2026-01
+    with pytest.raises(TorchXAppFailedError, match="NODE_FAIL"):
+        op.execute(_context(store))
+    assert len(hook.tokens) == 1
+
+
+def test_a_fresh_submission_starts_a_new_chain_before_it_submits():
+    """An earlier try's chain (its budget used up) must not count against a fresh job, even if this
+    try dies between the submission and its record."""
+    hook = FakeSchedulerHook([NODE_FAIL, AppState.SUCCEEDED])
+    store = TaskStateStore()
+    store.set(ATTEMPTS_KEY, [{"attempt": n, "app_handle": f"slurm://torchx/{n}"} for n in (1, 2, 3, 4)])
+    op, _ = _resubmitting(hook, store, budget=1)
+    result = op.execute(_context(store))
+    assert result["app_handle"] == SECOND and [a["attempt"] for a in result["attempts"]] == [1, 2]
+    assert store.writes.index(("set", ATTEMPTS_KEY)) < store.writes.index(("set", "torchx_app_handle"))
+
+
+def test_slurm_keeps_torchx_requeue_for_an_app_with_max_retries_and_a_task_that_does_not_wait():
+    from torchx_airflow.apps import build_app_from_component
+    from torchx_airflow.hooks.torchx import TorchXHook
+
+    hook = TorchXHook(scheduler="slurm")
+    app = build_app_from_component("utils.sh", ["true"])
+    app.roles[0].max_retries = 2  # TorchX's batch script requeues the job itself on a failed exit
+    assert "--requeue" in hook.dryrun(app, resubmits=True).info.request.materialize()
+    hook.close()
+
+    fake = FakeSchedulerHook([AppState.RUNNING])
+    op, _ = _resubmitting(fake, TaskStateStore(), wait_for_completion=False)
+    resubmits = []
+    fake.dryrun = lambda app, *a, **kw: (
+        resubmits.append(kw["resubmits"]) or FakeSchedulerHook.dryrun(fake, app)
+    )
+    op.execute(_context(TaskStateStore()))
+    assert resubmits == [False]  # nothing would resubmit it: Slurm keeps its own requeue

@@ -8,6 +8,7 @@ MLflow, s3fs or docker module.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -312,21 +313,37 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
             resubmitted = self._resubmitted(self._status_of, status.state.name, status.msg, context)
             if resubmitted is not None:
                 return resubmitted
+        attempts = self._resubmission(context).attempts
+        attempts.reset()  # before submitting: an earlier try's chain must not count against this job
         app_handle = self._submit(self._app, context)
-        self._resubmission(context).attempts.started(app_handle, first=True)
+        attempts.started(app_handle)
         return app_handle
 
     def _submit(self, app: AppDef, context: Context) -> str:
         # the task resubmits a job the infrastructure ended, resuming it: the scheduler must not
-        dryrun, _ = self.dryrun(app, resubmits=self._resubmission(context).budget > 0)
+        resubmits = self.wait_for_completion and self._resubmission(context).budget > 0
+        dryrun, _ = self.dryrun(app, resubmits=resubmits)
         self._accounting.before_submit(app, context)  # raises over max_cost: nothing submitted
         self.trackers.check_within(self.tracker_timeout, f"Task {self.task_id!r}")
+        self._refuse_if_killed(None)
         app_handle = self._durable(context).submit(dryrun)
+        self._refuse_if_killed(app_handle)  # killed while sbatch ran: on_kill cancelled the job before
         self._accounting.submitted(app_handle, context)
         self._submitted_here = True
         self.log.info("Submitted TorchX app %s", app_handle)
         self._publish_handle(app_handle, context)
         return app_handle
+
+    def _refuse_if_killed(self, app_handle: str | None) -> None:
+        """A task killed while it resubmitted (``on_kill`` cancelled the job it knew) submits nothing
+        more, and cancels ``app_handle`` if it was submitted meanwhile."""
+        if not self._kills.killed:
+            return
+        if app_handle is not None:
+            self.hook.cancel(app_handle)
+        raise TorchXAppFailedError(
+            app_handle or str(self._app_handle), "CANCELLED", "the task was killed while resubmitting", "", {}
+        )
 
     def get_job_status(self, external_id: Any, context: Context) -> str:
         status = self._wait.status(str(external_id))
@@ -384,7 +401,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
                 budget = 0
             first_store = self.trackers.stores[0] if self.trackers else None
             self.__dict__["_resubmission_of"] = Resubmission(
-                store, budget, self.checkpoint_artifact, first_store, self.log
+                store, budget, self.checkpoint_artifact, first_store, self.log, self.tracker_timeout
             )
         return self.__dict__["_resubmission_of"]
 
@@ -395,6 +412,17 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
             return None
         reason = self.hook.infrastructure_reason(app_handle, state, msg)
         if reason is None:
+            return None
+        from torchx_airflow.triggers.torchx import task_deadline
+
+        deadline = task_deadline(self.execution_timeout, context["ti"])
+        if deadline is not None and deadline <= time.time():
+            self.log.error(
+                "TorchX app %s ended %s (%s) past the task's execution_timeout: not resubmitting",
+                app_handle,
+                state,
+                reason,
+            )
             return None
         resubmission = self._resubmission(context)
         attempt = resubmission.next_attempt(app_handle, state, reason)

@@ -381,7 +381,15 @@ class SlurmSupport(SchedulerSupport):
         node failed or that was preempted back in the queue under the same id, to start over without
         knowing its checkpoint; the job ends (``NODE_FAIL``, ``PREEMPTED``) and the task resubmits
         it with ``TORCHX_AIRFLOW_RESUME_FROM``."""
-        for replica in dryrun_info.request.replicas.values():
+        request = dryrun_info.request
+        if request.max_retries > 0:  # TorchX's batch script requeues the job itself on a failed exit
+            log.warning(
+                "The app has max_retries=%d: its Slurm job keeps TorchX's --requeue, so Slurm restarts it "
+                "under the same id after a node failure (from scratch) and the task resubmits nothing",
+                request.max_retries,
+            )
+            return
+        for replica in request.replicas.values():
             replica.sbatch_opts.pop("requeue", None)
             replica.sbatch_opts["no-requeue"] = None
 
