@@ -86,18 +86,17 @@ class Attempts:
 
     def __init__(self, store: Any) -> None:
         self.store = store
-        self._memory: list[dict[str, Any]] = []
+        self._memory: list[dict[str, Any]] = []  # the last list read or written
 
     def load(self) -> list[dict[str, Any]]:
-        if self.store is None:
-            return [dict(a) for a in self._memory]
-        value = self.store.get(ATTEMPTS_KEY)
-        return [dict(a) for a in value if isinstance(a, dict)] if isinstance(value, list) else []
+        if self.store is not None:
+            value = self.store.get(ATTEMPTS_KEY)
+            self._memory = [dict(a) for a in value if isinstance(a, dict)] if isinstance(value, list) else []
+        return [dict(a) for a in self._memory]
 
     def _save(self, attempts: list[dict[str, Any]]) -> None:
-        if self.store is None:
-            self._memory = attempts
-        else:
+        self._memory = [dict(a) for a in attempts]
+        if self.store is not None:
             self.store.set(ATTEMPTS_KEY, attempts)
 
     def reset(self) -> None:
@@ -151,9 +150,13 @@ class Attempts:
         """How many times the chain's job was resubmitted so far."""
         return max(0, len(self.load()) - 1)
 
-    def summary(self, app_handle: str, state: str | None) -> list[dict[str, Any]]:
-        """Every attempt, the last (``app_handle``) with its current ``state``; for the task's result."""
-        attempts = self.load()
+    def summary(self, app_handle: str, state: str | None, read: bool = True) -> list[dict[str, Any]]:
+        """Every attempt, the last (``app_handle``) with its current ``state``; for the task's result.
+
+        ``read=False`` answers from what this process last read or wrote, without asking the store:
+        OpenLineage's listener may call from a forked process that cannot reach the API server.
+        """
+        attempts = self.load() if read else [dict(a) for a in self._memory]
         if not attempts or attempts[-1].get("app_handle") != app_handle:
             attempts.append({"attempt": len(attempts) + 1, "app_handle": app_handle})
         attempts[-1].setdefault("state", state)

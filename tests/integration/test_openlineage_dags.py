@@ -116,8 +116,10 @@ def test_pipeline_edges_are_datasets_from_parent_to_child(pipeline):
         trained = _complete(events, "torchx_pipeline", "train", handle)
         # prepare -> train through the untracked train_args task: the run and the data file it read
         assert datasets(trained, "inputs") == {run_dataset(prepare), ("file", data)}
-        model = result.xcom("train", map_index=i)["artifacts"]["model"]["path"]
-        assert datasets(trained, "outputs") == {run_dataset(handle), ("file", model)}
+        artifacts = result.xcom("train", map_index=i)["artifacts"]
+        model, checkpoint = artifacts["model"]["path"], artifacts["checkpoint"]["path"]
+        # the model, and the checkpoint of the last epoch (what a resubmitted job resumes from)
+        assert datasets(trained, "outputs") == {run_dataset(handle), ("file", model), ("file", checkpoint)}
         assert {run_dataset(handle), ("file", model)} <= datasets(evaluated, "inputs")
     report = result.xcom("evaluate")["artifacts"]["report"]["path"]
     # evaluate records the best model (a train output it read) as an artifact: an input, not an output

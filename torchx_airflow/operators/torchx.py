@@ -602,7 +602,9 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         outcome = openlineage.run_outcome(self._app_handle, self._result, self._status, hook, app, store)
         resubmission = self.__dict__.get("_resubmission_of")
         if resubmission is not None and self._app_handle and "attempts" not in outcome:  # a failed run
-            outcome["attempts"] = resubmission.attempts.summary(self._app_handle, outcome.get("state"))
+            outcome["attempts"] = resubmission.attempts.summary(
+                self._app_handle, outcome.get("state"), read=False
+            )
         accounting = self.__dict__.get("_accounting")
         if accounting is not None and accounting.usage is not None:  # also a failed app's (no result)
             outcome.setdefault("usage", accounting.usage)

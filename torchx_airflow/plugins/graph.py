@@ -58,16 +58,18 @@ class AirflowTask:
         return label if self.attempt is None else f"{label} · attempt {self.attempt}"
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form, as the lineage endpoint answers it."""
-        return {
+        """The JSON form, as the lineage endpoint answers it; ``attempt`` and ``ended_by`` only for
+        the jobs of a task that resubmitted one."""
+        answer: dict[str, Any] = {
             "dag_id": self.dag_id,
             "run_id": self.run_id,
             "task_id": self.task_id,
             "map_index": self.map_index,
             "state": self.state,
-            "attempt": self.attempt,
-            "ended_by": self.ended_by,
         }
+        if self.attempt is not None:
+            answer.update(attempt=self.attempt, ended_by=self.ended_by)
+        return answer
 
 
 @dataclass
