@@ -199,7 +199,8 @@ def test_a_preempted_job_costs_no_retry_and_resumes_once_the_urgent_job_is_done(
     node = node_of(cluster, job_id)
     # every CPU of both nodes, in the partition that preempts `multi`
     urgent = cluster.run(
-        ["sbatch", "--parsable", "-p", "urgent", "-N", "2", "-c", "2", "-J", "urgent", "--wrap", "sleep 15"]
+        ["sbatch", "--parsable", "-o", "/dev/null", "-p", "urgent", "-N", "2", "-c", "2", "-J", "urgent"]
+        + ["--wrap", "sleep 15"]
     ).stdout.strip()
     check_resumed(stack, cluster, dag_id, run_id, since, node, "PREEMPTED")
     assert [r["state"] for r in jobs(cluster, "urgent", since)] == ["COMPLETED"], urgent

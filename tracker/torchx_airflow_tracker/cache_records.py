@@ -23,11 +23,29 @@ import posixpath
 import re
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from torchx_airflow_tracker.fsspec_store import FsspecStore
-    from torchx_airflow_tracker.mlflow_store import MlflowStore
+    from torchx_airflow_tracker.store_files import StoreFiles
+
+
+class FsspecSide(Protocol):
+    """What the records use of an ``FsspecStore``: its root, filesystem and file helpers."""
+
+    root: str
+    fs: Any
+    files: StoreFiles
+
+
+class MlflowSide(Protocol):
+    """What the records use of an ``MlflowStore``: its client and its experiment."""
+
+    @property
+    def client(self) -> Any: ...  # an MlflowClient
+
+    @property
+    def experiment_id(self) -> str: ...
+
 
 CACHE_FILE_PREFIX = ".c."
 CACHE_EXPERIMENT_PREFIX = ".torchx-cache."
@@ -62,7 +80,7 @@ def _record(text: str | None) -> dict[str, Any] | None:
 class FsspecCacheRecords:
     """Records as ``<root>/.c.<key>`` files of an fsspec store, each replaced whole on a write."""
 
-    def __init__(self, store: FsspecStore) -> None:
+    def __init__(self, store: FsspecSide) -> None:
         self.store = store
 
     def _path(self, key: str) -> str:
@@ -103,7 +121,7 @@ class FsspecCacheRecords:
 class MlflowCacheRecords:
     """Records as one run per key in the experiment ``.torchx-cache.<experiment id>``."""
 
-    def __init__(self, store: MlflowStore) -> None:
+    def __init__(self, store: MlflowSide) -> None:
         self.store = store
         self._experiment_id: str | None = None
 
@@ -140,7 +158,7 @@ class MlflowCacheRecords:
         experiment = self._experiment(create=False)
         if experiment is None:
             return []
-        from torchx_airflow_tracker.mlflow_store import _quote
+        from torchx_airflow_tracker.mlflow_tags import quote as _quote
 
         where = f"tags.`{KEY_TAG}` = {_quote(key)}" if key else f"tags.`{KEY_TAG}` LIKE '%'"
         runs: list[Any] = []
@@ -156,7 +174,8 @@ class MlflowCacheRecords:
         return sorted(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id), reverse=True)
 
     def put(self, key: str, record: Mapping[str, Any]) -> None:
-        from torchx_airflow_tracker.mlflow_store import _encode, log_tags
+        from torchx_airflow_tracker.mlflow_tags import encode as _encode
+        from torchx_airflow_tracker.mlflow_tags import log_tags
 
         check_cache_key(key)
         parts, tags = _encode(RECORD_TAG, dict(record))  # ValueTooLargeError before anything is written
@@ -172,7 +191,7 @@ class MlflowCacheRecords:
         log_tags(client, run_id, tags)
 
     def get(self, key: str) -> dict[str, Any] | None:
-        from torchx_airflow_tracker.mlflow_store import _decode
+        from torchx_airflow_tracker.mlflow_tags import decode as _decode
 
         check_cache_key(key)
         for run in self._runs(key):
