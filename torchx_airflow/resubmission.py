@@ -86,16 +86,20 @@ class Attempts:
 
     def __init__(self, store: Any) -> None:
         self.store = store
-        self._memory: list[dict[str, Any]] = []  # the last list read or written
+        self._memory: list[dict[str, Any]] = []  # the list as this process last read or wrote it
+        self._read = store is None
 
     def load(self) -> list[dict[str, Any]]:
-        if self.store is not None:
+        """The attempts: read from the store once per process (an execution is their only writer
+        while it runs; a resumed or retried one reads them again)."""
+        if not self._read:
             value = self.store.get(ATTEMPTS_KEY)
             self._memory = [dict(a) for a in value if isinstance(a, dict)] if isinstance(value, list) else []
+            self._read = True
         return [dict(a) for a in self._memory]
 
     def _save(self, attempts: list[dict[str, Any]]) -> None:
-        self._memory = [dict(a) for a in attempts]
+        self._memory, self._read = [dict(a) for a in attempts], True
         if self.store is not None:
             self.store.set(ATTEMPTS_KEY, attempts)
 

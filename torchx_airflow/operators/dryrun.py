@@ -154,17 +154,19 @@ class TorchXDryRunOperator(BaseOperator):
             )
         return self.build_app_with({**tracker_env, **parent_run_env()})
 
+    def app_parts(self) -> dict[str, Any]:
+        """What the task's app is built from (``apps.build_task_app``'s arguments but the env added)."""
+        return {
+            "component": self.component,
+            "component_args": self.component_args,
+            "app": self.app,
+            "env": self.env,
+            "app_name": self.app_name,
+        }
+
     def build_app_with(self, extra_env: dict[str, str]) -> AppDef:
         """The task's app with ``extra_env`` under its own ``env`` (``apps.build_task_app``)."""
-        return build_task_app(
-            self.task_id,
-            component=self.component,
-            component_args=self.component_args,
-            app=self.app,
-            env=self.env,
-            app_name=self.app_name,
-            extra_env=extra_env,
-        )
+        return build_task_app(self.task_id, **self.app_parts(), extra_env=extra_env)
 
     def dryrun(self, app: AppDef, resubmits: bool = False) -> tuple[TorchXDryRun, dict[str, Any]]:
         """Dry-run ``app`` through the hook; log the request and return it with its summary.

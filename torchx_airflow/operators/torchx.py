@@ -242,15 +242,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         from torchx_airflow.caching import key_app
 
         self.trackers.check_within(self.tracker_timeout, f"Task {self.task_id!r}")
-        app = key_app(
-            self.task_id,
-            component=self.component,
-            component_args=self.component_args,
-            app=self.app,
-            env=self.env,
-            app_name=self.app_name,
-            rules=cache.settings.ignore_args,
-        )
+        app = key_app(self.task_id, **self.app_parts(), rules=cache.settings.ignore_args)
         return cache.key(self.hook, app, context)
 
     def _cached_result(self, context: Context) -> dict[str, Any] | None:
