@@ -27,6 +27,7 @@ from tests.polling import wait_until
 from tests.services import free_port
 from tests.slurm.conftest import slurm_cluster  # noqa: F401 - every app runs on Slurm here
 from tests.stack import AirflowStack
+from torchx_airflow.schedulers.slurm import sacct_window
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]  # a whole stack, then Slurm jobs
 REPO = Path(__file__).resolve().parents[2]
@@ -124,7 +125,7 @@ def _worker_log_ports(stack: AirflowStack) -> tuple[int, int]:
 def _stack_jobs(stack: AirflowStack) -> dict[str, str]:
     """Job id -> state of every Slurm job submitted from this stack."""
     out = subprocess.run(
-        ["sacct", "-X", "-n", "-P", "-S", "now-1days", "-o", "JobID,State,WorkDir"],
+        ["sacct", "-X", "-n", "-P", *sacct_window("now-1days"), "-o", "JobID,State,WorkDir"],
         capture_output=True,
         text=True,
         check=True,

@@ -16,6 +16,7 @@ from torchx_airflow_tracker.fsspec_store import FsspecStore
 
 from tests.slurm.conftest import REPO
 from tests.stack import AirflowStack
+from torchx_airflow.schedulers.slurm import sacct_window
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 DAG = "tx_cache_slurm"
@@ -25,7 +26,7 @@ STEPS = ("a", "b", "c")
 def stack_jobs(stack: AirflowStack) -> dict[str, str]:
     """Job id -> state of every Slurm job submitted from this stack (its home is the jobs' work dir)."""
     out = subprocess.run(
-        ["sacct", "-X", "-n", "-P", "-S", "now-1days", "-o", "JobID,State,WorkDir"],
+        ["sacct", "-X", "-n", "-P", *sacct_window("now-1days"), "-o", "JobID,State,WorkDir"],
         capture_output=True,
         text=True,
         check=True,

@@ -25,6 +25,7 @@ from tests.services import mlflow_server_process
 from tests.slurm.conftest import REPO, SLURM_CONN
 from tests.slurm.test_slurm_reliability import torchx_run  # apps launched outside Airflow
 from tests.stack import AirflowStack
+from torchx_airflow.schedulers.slurm import sacct_window
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 BIN = Path(sys.executable).parent
@@ -97,7 +98,7 @@ def _since() -> str:
 def jobs_named(name: str, since: str) -> list[tuple[str, str]]:
     """(job id, state) of every Slurm job called ``name`` submitted since ``since``."""
     out = subprocess.run(
-        ["sacct", "-X", "-n", "-P", "-S", since, "--name", name, "-o", "JobID,State"],
+        ["sacct", "-X", "-n", "-P", *sacct_window(since), "--name", name, "-o", "JobID,State"],
         capture_output=True,
         text=True,
         check=True,

@@ -18,6 +18,7 @@ import pytest
 from tests.slurm.conftest import REPO, SLURM_CONN
 from tests.slurm.private_cluster import PrivateSlurm, private_slurm
 from tests.stack import AirflowStack
+from torchx_airflow.schedulers.slurm import sacct_window
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 OUTAGE_SECONDS = 40
@@ -47,7 +48,9 @@ def stack(cluster, tmp_path_factory):
 
 
 def job_rows(cluster: PrivateSlurm, name: str, since: str) -> list[tuple[str, str]]:
-    out = cluster.run(["sacct", "-X", "-n", "-P", "-S", since, "--name", name, "-o", "JobID,State"]).stdout
+    out = cluster.run(
+        ["sacct", "-X", "-n", "-P", *sacct_window(since), "--name", name, "-o", "JobID,State"]
+    ).stdout
     return [tuple(line.split("|")[:2]) for line in out.splitlines() if line.strip()]  # type: ignore[misc]
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.polling import wait_until
+from torchx_airflow.schedulers.slurm import sacct_window
 
 pytestmark = pytest.mark.integration
 BIN = Path(sys.executable).parent
@@ -27,7 +28,7 @@ def sacct(*args: str) -> list[list[str]]:
 
 
 def last_job_id() -> int:
-    ids = [int(row[0]) for row in sacct("-S", "now-2days", "-o", "JobID") if row[0].isdigit()]
+    ids = [int(row[0]) for row in sacct(*sacct_window("now-2days"), "-o", "JobID") if row[0].isdigit()]
     return max(ids, default=0)
 
 
@@ -36,7 +37,7 @@ def jobs_after(job_id: int, workdir: Path) -> list[list[str]]:
     other jobs on the cluster never count."""
     return [
         row[:2]
-        for row in sacct("-S", "now-2days", "-o", "JobID,State,WorkDir")
+        for row in sacct(*sacct_window("now-2days"), "-o", "JobID,State,WorkDir")
         if row[0].isdigit() and int(row[0]) > job_id and Path(row[2]).resolve() == workdir.resolve()
     ]
 

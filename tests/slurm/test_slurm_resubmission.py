@@ -30,6 +30,7 @@ from tests.polling import wait_until
 from tests.slurm.conftest import REPO
 from tests.slurm.private_cluster import PrivateSlurm, private_slurm
 from tests.stack import AirflowStack
+from torchx_airflow.schedulers.slurm import sacct_window
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
 JOB = "train-0"  # the Slurm job name of dist.ddp's one replica of train.py
@@ -78,7 +79,17 @@ def data(tmp_path_factory) -> str:
 def jobs(cluster: PrivateSlurm, name: str, since: str) -> list[dict[str, str]]:
     """The cluster's jobs named ``name`` submitted since ``since``: id, state, nodes, exit code."""
     proc = cluster.run(
-        ["sacct", "-X", "-n", "-P", "-S", since, "--name", name, "-o", "JobID,State,NodeList,ExitCode"],
+        [
+            "sacct",
+            "-X",
+            "-n",
+            "-P",
+            *sacct_window(since),
+            "--name",
+            name,
+            "-o",
+            "JobID,State,NodeList,ExitCode",
+        ],
         check=False,
     )
     assert proc.returncode == 0, f"sacct failed: {proc.stderr}"

@@ -281,3 +281,12 @@ def test_a_job_submitted_with_a_token_is_found_by_it_queued_and_after_it_ended(s
     found = wait_until(lambda: sacct_marked(submission_mark(token), uid, since), "accounting", WAIT_SECONDS)
     assert found == app_id
     assert sacct_marked(submission_mark(token[:-1]), uid, since) is None
+    # cancelled while held: accounting never records its eligible time, which hides it from a
+    # time window alone (sacct -S); the lookup asks for jobs in every state, so it is found
+    near_miss_id = near_miss.rsplit("/", 1)[1]
+    subprocess.run(["scancel", near_miss_id], check=True)
+    wait_until(lambda: slurm_hook.status(near_miss).is_terminal(), "the held job's cancel", WAIT_SECONDS)
+    found = wait_until(
+        lambda: sacct_marked(submission_mark(f"{token}b"), uid, since), "accounting", WAIT_SECONDS
+    )
+    assert found == near_miss_id

@@ -18,6 +18,7 @@ from torchx_airflow_tracker.fsspec_store import FsspecStore
 
 from tests.slurm.conftest import REPO
 from tests.stack import AirflowStack
+from torchx_airflow.schedulers.slurm import sacct_window
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 PRICES = {"cpu_hour": 0.05, "gpu_hour": {"default": 1.0}, "mem_gb_hour": 0.01, "currency": "USD"}
@@ -197,7 +198,7 @@ def test_an_estimate_over_max_cost_submits_nothing(stack):
         assert "Submitted TorchX app" not in log
     # the apps' jobs would be named after their roles: Slurm accounted none of them
     names = subprocess.run(
-        ["sacct", "-a", "-X", "-n", "-P", "-S", since, "-o", "JobName"],
+        ["sacct", "-a", "-X", "-n", "-P", *sacct_window(since), "-o", "JobName"],
         capture_output=True,
         text=True,
         check=True,

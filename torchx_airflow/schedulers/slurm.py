@@ -249,12 +249,23 @@ def squeue_marked(mark: str, user: str) -> str | None:
 # Slurm may differ, and the mark is unique, so a wide window costs nothing but a longer listing.
 SACCT_MARGIN_SECONDS = 3600
 
+#: Every job state sacct knows. A time window without states (``-S`` alone) leaves out the jobs whose
+#: eligible time accounting never recorded ("Unknown": a job cancelled while held or pending, and
+#: now and then one that ran and failed); with states, a job is in the window when it was in one of
+#: them then, whatever its eligible time.
+SACCT_EVERY_STATE = "BF,CA,CD,DL,F,NF,OOM,PD,PR,R,RQ,RS,RV,S,TO"
+
+
+def sacct_window(start: str) -> list[str]:
+    """``sacct`` options for every job in any state between ``start`` (sacct's local time) and now."""
+    return ["-S", start, "-E", "now", "-s", SACCT_EVERY_STATE]
+
 
 def sacct_marked(mark: str, user: str, since: float) -> str | None:
     """The same in accounting, among ``user``'s jobs since ``since`` (epoch seconds); comments are
     there where ``AccountingStoreFlags=job_comment``. Raises when sacct cannot answer."""
     start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - SACCT_MARGIN_SECONDS))
-    proc = _run(["sacct", "-X", "-n", "-P", "-u", user, "-S", start, "-o", "JobID,Comment"])
+    proc = _run(["sacct", "-X", "-n", "-P", "-u", user, *sacct_window(start), "-o", "JobID,Comment"])
     if proc.returncode != 0:
         raise RuntimeError(f"sacct failed (exit code {proc.returncode}): {proc.stderr.strip()}")
     return _job_with_mark(proc.stdout.splitlines(), mark)
