@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,9 +24,9 @@ from torchx_airflow_tracker.mlflow_store import MlflowStore
 
 from tests.polling import wait_until
 from tests.services import free_port
+from tests.slurm.accounting import job_state, jobs_from
 from tests.slurm.conftest import slurm_cluster  # noqa: F401 - every app runs on Slurm here
 from tests.stack import AirflowStack
-from torchx_airflow.schedulers.slurm import sacct_window
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]  # a whole stack, then Slurm jobs
 REPO = Path(__file__).resolve().parents[2]
@@ -122,30 +121,8 @@ def _worker_log_ports(stack: AirflowStack) -> tuple[int, int]:
 # working directory), which no other test or user shares.
 
 
-def _stack_jobs(stack: AirflowStack) -> dict[str, str]:
-    """Job id -> state of every Slurm job submitted from this stack."""
-    out = subprocess.run(
-        ["sacct", "-X", "-n", "-P", *sacct_window("now-1days"), "-o", "JobID,State,WorkDir"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    rows = [line.split("|") for line in out.splitlines() if line.strip()]
-    return {job_id: state for job_id, state, workdir in rows if Path(workdir) == stack.home}
-
-
 def _job_id(app_handle: str) -> str:
     return app_handle.rsplit("/", 1)[1]
-
-
-def _job_state(app_handle: str) -> str:
-    out = subprocess.run(
-        ["sacct", "-X", "-n", "-P", "-j", _job_id(app_handle), "-o", "State"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return out.strip().splitlines()[0] if out.strip() else ""
 
 
 def _tis(stack: AirflowStack, dag_id: str, run: str) -> list[dict]:
@@ -170,7 +147,7 @@ def _execution_hosts(stack: AirflowStack, dag_id: str, run: str) -> dict[tuple[s
 
 @pytest.fixture(scope="module")
 def pipeline_run(celery_stack, tmp_path_factory):
-    before = set(_stack_jobs(celery_stack))
+    before = set(jobs_from(celery_stack.home))
     conf = {
         "learning_rates": LRS,
         "epochs": 9,
@@ -211,7 +188,7 @@ def test_the_pipeline_spreads_over_both_workers_with_one_slurm_job_per_task(pipe
     handles += [_handle(stack, "torchx_pipeline", run, "train", i) for i in range(len(LRS))]
     handles.append(_handle(stack, "torchx_pipeline", run, "evaluate"))
     assert all(h.startswith("slurm://torchx/") for h in handles), handles
-    jobs = {job: s for job, s in _stack_jobs(stack).items() if job not in before}
+    jobs = {job: s for job, s in jobs_from(stack.home).items() if job not in before}
     assert sorted(jobs) == sorted(_job_id(h) for h in handles), jobs  # one job per task, no duplicate
     assert set(jobs.values()) == {"COMPLETED"}
 
@@ -237,11 +214,11 @@ def test_the_pipeline_lineage_and_results_with_tasks_on_two_workers(pipeline_run
 
 def test_a_sigkilled_workers_task_is_retried_on_the_other_worker_and_reattaches(celery_stack):
     stack, dag_id = celery_stack, "celery_reattach"
-    before = set(_stack_jobs(stack))
+    before = set(jobs_from(stack.home))
     run = stack.trigger(dag_id, {"seconds": 60})
     ti = stack.wait_ti(dag_id, run, "train", ("running",), timeout=300)
     handle = wait_until(lambda: _handle(stack, dag_id, run, "train"), "train's app_handle", 120, interval=1)
-    wait_until(lambda: _job_state(handle).startswith("RUNNING"), f"{handle} RUNNING", 120, interval=1)
+    wait_until(lambda: job_state(handle).startswith("RUNNING"), f"{handle} RUNNING", 120, interval=1)
     killed = ti["hostname"]
     assert killed in WORKERS, ti
     (other,) = set(WORKERS) - {killed}
@@ -258,7 +235,7 @@ def test_a_sigkilled_workers_task_is_retried_on_the_other_worker_and_reattaches(
         (2, "success", other),
     ]
     prepare = _handle(stack, dag_id, run, "prepare")
-    jobs = {job: s for job, s in _stack_jobs(stack).items() if job not in before}
+    jobs = {job: s for job, s in jobs_from(stack.home).items() if job not in before}
     assert sorted(jobs) == sorted([_job_id(prepare), _job_id(handle)]), jobs  # train's job: exactly one
     assert jobs[_job_id(handle)] == "COMPLETED"
     log = stack.log(dag_id, run, "train", 2)

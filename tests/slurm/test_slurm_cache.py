@@ -7,32 +7,19 @@ and ``c`` only. The keys are written after a deferred wait, when the resumed tas
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 from torchx_airflow_tracker.fsspec_store import FsspecStore
 
+from tests.slurm.accounting import jobs_from
 from tests.slurm.conftest import REPO
 from tests.stack import AirflowStack
-from torchx_airflow.schedulers.slurm import sacct_window
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 DAG = "tx_cache_slurm"
 STEPS = ("a", "b", "c")
-
-
-def stack_jobs(stack: AirflowStack) -> dict[str, str]:
-    """Job id -> state of every Slurm job submitted from this stack (its home is the jobs' work dir)."""
-    out = subprocess.run(
-        ["sacct", "-X", "-n", "-P", *sacct_window("now-1days"), "-o", "JobID,State,WorkDir"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    rows = [line.split("|") for line in out.splitlines() if line.strip()]
-    return {job: state for job, state, workdir in rows if Path(workdir).resolve() == stack.home.resolve()}
 
 
 @pytest.fixture(scope="module")
@@ -64,12 +51,12 @@ class Runs:
 
     def run(self, **changes) -> tuple[str, list[str], dict[str, str]]:
         """Trigger one run; returns its id, the steps whose jobs ran, and the stack's new Slurm jobs."""
-        jobs_before, ledger_before = stack_jobs(self.stack), self.ledger.read_text().split()
+        jobs_before, ledger_before = jobs_from(self.stack.home), self.ledger.read_text().split()
         started = time.monotonic()
         run_id = self.stack.trigger(DAG, {**self.conf, **changes})
         assert self.stack.wait_run(DAG, run_id, timeout=600) == "success"
         self.seconds.append(time.monotonic() - started)
-        new_jobs = {j: s for j, s in stack_jobs(self.stack).items() if j not in jobs_before}
+        new_jobs = {j: s for j, s in jobs_from(self.stack.home).items() if j not in jobs_before}
         return run_id, self.ledger.read_text().split()[len(ledger_before) :], new_jobs
 
     def result(self, run_id: str, step: str) -> dict:

@@ -22,10 +22,10 @@ import pytest
 from tests.faults import STATUS_COMMANDS, CommandFaults
 from tests.polling import wait_until
 from tests.services import mlflow_server_process
+from tests.slurm.accounting import job_state, jobs_named
 from tests.slurm.conftest import REPO, SLURM_CONN
 from tests.slurm.test_slurm_reliability import torchx_run  # apps launched outside Airflow
 from tests.stack import AirflowStack
-from torchx_airflow.schedulers.slurm import sacct_window
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 BIN = Path(sys.executable).parent
@@ -93,27 +93,6 @@ def _disarm(faults):
 
 def _since() -> str:
     return (datetime.datetime.now() - datetime.timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%S")
-
-
-def jobs_named(name: str, since: str) -> list[tuple[str, str]]:
-    """(job id, state) of every Slurm job called ``name`` submitted since ``since``."""
-    out = subprocess.run(
-        ["sacct", "-X", "-n", "-P", *sacct_window(since), "--name", name, "-o", "JobID,State"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return [tuple(line.split("|")[:2]) for line in out.splitlines() if line.strip()]  # type: ignore[misc]
-
-
-def job_state(app_handle: str) -> str:
-    out = subprocess.run(
-        ["sacct", "-X", "-n", "-P", "-j", app_handle.rsplit("/", 1)[1], "-o", "State"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return out.strip().splitlines()[0] if out.strip() else ""
 
 
 def wait_state(app_handle: str, prefixes: tuple[str, ...], timeout: float = 90) -> str:

@@ -15,10 +15,10 @@ import time
 
 import pytest
 
+from tests.slurm.accounting import jobs_named
 from tests.slurm.conftest import REPO, SLURM_CONN
 from tests.slurm.private_cluster import PrivateSlurm, private_slurm
 from tests.stack import AirflowStack
-from torchx_airflow.schedulers.slurm import sacct_window
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 OUTAGE_SECONDS = 40
@@ -45,13 +45,6 @@ def stack(cluster, tmp_path_factory):
     )
     with stack.running():
         yield stack
-
-
-def job_rows(cluster: PrivateSlurm, name: str, since: str) -> list[tuple[str, str]]:
-    out = cluster.run(
-        ["sacct", "-X", "-n", "-P", *sacct_window(since), "--name", name, "-o", "JobID,State"]
-    ).stdout
-    return [tuple(line.split("|")[:2]) for line in out.splitlines() if line.strip()]  # type: ignore[misc]
 
 
 def wait_running(cluster: PrivateSlurm, name: str, timeout: float = 120) -> None:
@@ -83,7 +76,9 @@ def test_a_controller_and_accounting_outage_is_waited_out_by_worker_and_deferred
         assert state == "success", log[-3000:]
         assert stack.ti(dag_id, run, "run")["try_number"] == 1  # no retry: the wait went on
         handle = stack.xcom(dag_id, run, "run", "app_handle")
-        assert job_rows(cluster, WAITS[dag_id], since) == [(handle.rsplit("/", 1)[1], "COMPLETED")]
+        assert jobs_named(WAITS[dag_id], since, slurm_conf=cluster.slurm_conf) == [
+            (handle.rsplit("/", 1)[1], "COMPLETED")
+        ]
         # the outage is logged once when it starts and once when it ends, not once per poll
         assert log.count("waiting the outage out") == 1, log[-3000:]
         assert log.count("answers again after") == 1, log[-3000:]

@@ -14,17 +14,11 @@ from pathlib import Path
 import pytest
 
 from tests.polling import wait_until
+from tests.slurm.accounting import job_state, jobs_from, sacct
 from torchx_airflow.schedulers.slurm import sacct_window
 
 pytestmark = pytest.mark.integration
 BIN = Path(sys.executable).parent
-
-
-def sacct(*args: str) -> list[list[str]]:
-    out = subprocess.run(
-        ["sacct", "-X", "-n", "-P", *args], capture_output=True, text=True, check=True
-    ).stdout
-    return [line.split("|") for line in out.splitlines() if line.strip()]
 
 
 def last_job_id() -> int:
@@ -33,18 +27,8 @@ def last_job_id() -> int:
 
 
 def jobs_after(job_id: int, workdir: Path) -> list[list[str]]:
-    """Jobs submitted after ``job_id`` from ``workdir`` (the stack's home, where its workers run):
-    other jobs on the cluster never count."""
-    return [
-        row[:2]
-        for row in sacct(*sacct_window("now-2days"), "-o", "JobID,State,WorkDir")
-        if row[0].isdigit() and int(row[0]) > job_id and Path(row[2]).resolve() == workdir.resolve()
-    ]
-
-
-def job_state(app_handle: str) -> str:
-    rows = sacct("-j", app_handle.rsplit("/", 1)[1], "-o", "State")
-    return rows[0][0] if rows else ""
+    """Jobs submitted after ``job_id`` from ``workdir`` (the stack's home, where its workers run)."""
+    return [[job, state] for job, state in jobs_from(workdir).items() if job.isdigit() and int(job) > job_id]
 
 
 def wait_job_state(app_handle: str, prefix: str, timeout: float) -> float:

@@ -27,10 +27,10 @@ import pytest
 from torchx_airflow_tracker.fsspec_store import FsspecStore
 
 from tests.polling import wait_until
+from tests.slurm.accounting import jobs_named
 from tests.slurm.conftest import REPO
 from tests.slurm.private_cluster import PrivateSlurm, private_slurm
 from tests.stack import AirflowStack
-from torchx_airflow.schedulers.slurm import sacct_window
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
 JOB = "train-0"  # the Slurm job name of dist.ddp's one replica of train.py
@@ -78,24 +78,8 @@ def data(tmp_path_factory) -> str:
 
 def jobs(cluster: PrivateSlurm, name: str, since: str) -> list[dict[str, str]]:
     """The cluster's jobs named ``name`` submitted since ``since``: id, state, nodes, exit code."""
-    proc = cluster.run(
-        [
-            "sacct",
-            "-X",
-            "-n",
-            "-P",
-            *sacct_window(since),
-            "--name",
-            name,
-            "-o",
-            "JobID,State,NodeList,ExitCode",
-        ],
-        check=False,
-    )
-    assert proc.returncode == 0, f"sacct failed: {proc.stderr}"
-    out = proc.stdout
-    keys = ("id", "state", "nodes", "exit_code")
-    return [dict(zip(keys, line.split("|"), strict=False)) for line in out.splitlines() if line.strip()]
+    rows = jobs_named(name, since, "JobID,State,NodeList,ExitCode", slurm_conf=cluster.slurm_conf)
+    return [dict(zip(("id", "state", "nodes", "exit_code"), row, strict=False)) for row in rows]
 
 
 def checkpoint_epoch(store_root: Path, handle: str) -> int:

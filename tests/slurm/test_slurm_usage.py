@@ -16,6 +16,7 @@ import urllib.parse
 import pytest
 from torchx_airflow_tracker.fsspec_store import FsspecStore
 
+from tests.slurm import accounting
 from tests.slurm.conftest import REPO
 from tests.stack import AirflowStack
 from torchx_airflow.schedulers.slurm import sacct_window
@@ -197,12 +198,7 @@ def test_an_estimate_over_max_cost_submits_nothing(stack):
         assert "the estimated cost 0.5600 USD is over max_cost=0.01 USD, so nothing was submitted" in log
         assert "Submitted TorchX app" not in log
     # the apps' jobs would be named after their roles: Slurm accounted none of them
-    names = subprocess.run(
-        ["sacct", "-a", "-X", "-n", "-P", *sacct_window(since), "-o", "JobName"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
+    names = [row[0] for row in accounting.sacct("-a", *sacct_window(since), "-o", "JobName")]
     assert not [name for name in names if name.startswith("too-dear")], names
 
 
