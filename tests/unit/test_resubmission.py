@@ -280,6 +280,12 @@ def test_the_lineage_view_draws_each_attempt_and_the_checkpoint_edge_between_the
     ]
     svg = render_svg(graph)
     assert "train · attempt 1" in svg and "NODE_FAIL" in svg
+    # as the endpoints serve it: every text passed through the secrets masker, attempts kept
+    from torchx_airflow.plugins.app import LineageView, masked_view
+
+    served = {run["id"]: run for run in masked_view(LineageView(graph)).graph.to_dict()["runs"]}
+    assert served[HANDLE]["label"] == "train · attempt 1" and served[HANDLE]["state"] == "NODE_FAIL"
+    assert served[HANDLE]["airflow"]["attempt"] == 1 and served[HANDLE]["airflow"]["ended_by"] == "NODE_FAIL"
 
 
 def test_a_kill_while_resubmitting_submits_nothing_more_and_cancels_what_slipped_through():

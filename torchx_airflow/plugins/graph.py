@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.apps import AIRFLOW_RUN_SCHEME, AppHandle
@@ -170,7 +170,7 @@ class RunNode:
         """A copy with ``fn`` applied to every text it shows (ids, task, links, artifacts)."""
         task = self.task
         if task is not None:
-            task = AirflowTask(fn(task.dag_id), fn(task.run_id), fn(task.task_id), task.map_index, task.state)
+            task = replace(task, dag_id=fn(task.dag_id), run_id=fn(task.run_id), task_id=fn(task.task_id))
         return RunNode(
             fn(self.run_id),
             self.distance,
