@@ -49,9 +49,8 @@ RUN_NAMESPACE_PREFIX = "torchx://"
 APP_FACET = "torchx_app"
 RUN_FACET = "torchx_run"
 USAGE_FACET = "torchx_usage"
-# Every facet names a schema URI; these are this provider's own (documented in docs/openlineage.md).
 ARTIFACT_FACET = "torchx_artifact"
-# Every facet names a schema URI; these two are this provider's own (documented in its README).
+# Every facet names a schema URI; these are this provider's own (documented in docs/openlineage.md).
 FACET_SCHEMA = "urn:torchx-airflow:openlineage:{}:1"
 PARENT_ENV = "OPENLINEAGE_PARENT_ID"
 ROOT_PARENT_ENV = "OPENLINEAGE_ROOT_PARENT_ID"

@@ -37,7 +37,6 @@ ATTEMPTS_KEY = "torchx_attempts"
 RESUME_FROM_ENV = "TORCHX_AIRFLOW_RESUME_FROM"
 ATTEMPT_ENV = "TORCHX_AIRFLOW_ATTEMPT"
 DEFAULT_INFRASTRUCTURE_RETRIES = 3
-DEFAULT_CHECKPOINT_ARTIFACT = "checkpoint"
 
 
 def check_infrastructure_retries(value: Any, where: str) -> int | None:
@@ -163,8 +162,7 @@ class Attempts:
         attempts = self.load() if read else [dict(a) for a in self._memory]
         if not attempts or attempts[-1].get("app_handle") != app_handle:
             attempts.append({"attempt": len(attempts) + 1, "app_handle": app_handle})
-        attempts[-1].setdefault("state", state)
-        if state is not None:
+        if state is not None or "state" not in attempts[-1]:
             attempts[-1]["state"] = state
         return attempts
 

@@ -34,7 +34,7 @@ from torchx_airflow_tracker.config import parse_config
 from torchx_airflow_tracker.mlflow_tags import MAX_SPLIT_VALUE as MAX_SPLIT_VALUE  # re-exported
 from torchx_airflow_tracker.mlflow_tags import MAX_TAG_VALUE as MAX_TAG_VALUE  # re-exported
 from torchx_airflow_tracker.mlflow_tags import ValueTooLargeError as ValueTooLargeError  # re-exported
-from torchx_airflow_tracker.mlflow_tags import _batches, _encode_all
+from torchx_airflow_tracker.mlflow_tags import _batches, _encode_all, log_tags
 from torchx_airflow_tracker.mlflow_tags import decode as _decode
 from torchx_airflow_tracker.mlflow_tags import quote as _quote
 from torchx_airflow_tracker.run_graph import EdgeQueries, artifact_names_key
@@ -332,8 +332,7 @@ class MlflowStore(EdgeQueries, TrackerBase):
             self._mlflow_ids[run_id] = mlflow_id
             if won:  # the run id tag rides with the first batch: the run shows once it has data
                 tags = {RUN_ID_TAG: run_id, **tags}
-        for batch in _batches(parts):
-            self.client.log_batch(mlflow_id, tags=[RunTag(k, v) for k, v in batch])
+        log_tags(self.client, mlflow_id, parts)
         now = int(time.time() * 1000)
         metric_list = [Metric(k, v, now, 0) for k, v in (metrics or {}).items()]
         tag_batches = list(_batches(tags)) or ([[]] if metric_list else [])
