@@ -25,12 +25,11 @@ from tests.e2e.test_celery_rest import (
     WORKERS,
     _handle,
     _job_id,
-    _job_state,
-    _stack_jobs,
     celery_airflow,
 )
 from tests.faults import CommandFaults
 from tests.polling import wait_until
+from tests.slurm.accounting import job_state, jobs_from
 from tests.slurm.conftest import slurm_cluster  # noqa: F401 - every app runs on Slurm here
 from tests.stack import AirflowStack
 
@@ -79,7 +78,7 @@ def _running_train(stack: AirflowStack, dag_id: str, run: str) -> tuple[dict, st
     """``train``'s task instance once its Slurm job runs, and its app handle."""
     ti = stack.wait_ti(dag_id, run, "train", ("running",), timeout=300)
     handle = wait_until(lambda: _handle(stack, dag_id, run, "train"), "train's app_handle", 120)
-    wait_until(lambda: _job_state(handle).startswith("RUNNING"), f"{handle} RUNNING", 120)
+    wait_until(lambda: job_state(handle).startswith("RUNNING"), f"{handle} RUNNING", 120)
     return ti, handle
 
 
@@ -90,7 +89,7 @@ def _assert_one_completed_job_and_a_reattaching_retry(
     tries = _tries(stack, dag_id, run)
     assert [t["try_number"] for t in tries] == [1, 2] and tries[-1]["state"] == "success", tries
     prepare = _handle(stack, dag_id, run, "prepare")
-    jobs = {job: s for job, s in _stack_jobs(stack).items() if job not in before}
+    jobs = {job: s for job, s in jobs_from(stack.home).items() if job not in before}
     assert sorted(jobs) == sorted([_job_id(prepare), _job_id(handle)]), jobs  # train's job: exactly one
     assert jobs[_job_id(handle)] == "COMPLETED", jobs  # never CANCELLED
     first = stack.log(dag_id, run, "train", 1)
@@ -112,7 +111,7 @@ def _assert_retry_took_over(retry: str, handle: str) -> None:
 
 def test_sigterm_to_the_task_supervisor_leaves_the_job_for_the_retry(stack):
     dag_id = "celery_reattach"
-    before = set(_stack_jobs(stack))
+    before = set(jobs_from(stack.home))
     run = stack.trigger(dag_id, {"seconds": 30})
     ti, handle = _running_train(stack, dag_id, run)
     supervisor = _parent(_task_process(ti["id"]))
@@ -124,7 +123,7 @@ def test_sigterm_to_the_task_supervisor_leaves_the_job_for_the_retry(stack):
 
 def test_stopping_a_workers_process_group_leaves_the_job_and_the_other_worker_reattaches(stack):
     dag_id = "celery_reattach"
-    before = set(_stack_jobs(stack))
+    before = set(jobs_from(stack.home))
     run = stack.trigger(dag_id, {"seconds": 30})
     ti, handle = _running_train(stack, dag_id, run)
     stopped = ti["hostname"]
@@ -140,7 +139,7 @@ def test_stopping_a_workers_process_group_leaves_the_job_and_the_other_worker_re
 
 def test_stopping_the_worker_a_deferred_task_resumes_on_leaves_the_job_for_the_retry(stack, faults):
     dag_id = "celery_reattach_deferred"
-    before = set(_stack_jobs(stack))
+    before = set(jobs_from(stack.home))
     run = stack.trigger(dag_id, {"seconds": 12})
     stack.wait_ti(dag_id, run, "train", ("deferred",), timeout=300)
     handle = wait_until(lambda: _handle(stack, dag_id, run, "train"), "train's app_handle", 120)

@@ -16,8 +16,9 @@ import pytest
 
 from tests.e2e.test_celery_rest import _consecutive_free_ports
 from tests.polling import wait_until
+from tests.slurm.accounting import job_state
 from tests.slurm.conftest import REPO, SLURM_CONN
-from tests.slurm.test_slurm_reliability import job_state, jobs_after, last_job_id, wait_handle
+from tests.slurm.test_slurm_reliability import jobs_after, last_job_id, wait_handle
 from tests.stack import AirflowStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
