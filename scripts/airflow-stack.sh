@@ -63,6 +63,12 @@ secret() {  # a value generated once per home
 }
 
 export AIRFLOW_HOME="$HOME_DIR"
+# The stack's database, unless one is configured, is SQLite in the home; every service writes to it, so
+# a connection waits up to 60 s for another's write lock instead of Python's 5 s (past which a busy
+# moment fails a request, a REST call with HTTP 500 "database is locked").
+if [ -z "${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-}" ]; then
+  export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="sqlite:///$HOME_DIR/airflow.db?timeout=60"
+fi
 if [ "$EXECUTOR" = celery ]; then
   export AIRFLOW__CORE__EXECUTOR=CeleryExecutor
   export AIRFLOW__CELERY__BROKER_URL="redis://127.0.0.1:$REDIS_PORT/0"
