@@ -107,7 +107,7 @@ class TorchXAppFailedError(TorchXError):
         self.msg = msg
         self.structured_error_msg = structured_error_msg
         self.roles = dict(roles or {})
-        #: what the app used before it ended (``torchx_airflow.usage``), when it was read
+        #: what the app used before it ended (``torchx_airflow.policies.cost.usage``), when it was read
         self.usage = dict(usage) if usage is not None else None
 
 

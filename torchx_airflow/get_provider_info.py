@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from torchx_airflow import __version__
+from torchx_airflow.settings.options import provider_config
 
 _STRING = {"type": ["string", "null"]}
 
@@ -149,74 +150,5 @@ def get_provider_info() -> dict[str, Any]:
                 },
             },
         ],
-        "config": _config(),
-    }
-
-
-def _config() -> dict[str, Any]:
-    """The ``[torchx]`` section: site-wide defaults that a connection or a task may override."""
-
-    def option(description: str, type_: str, example: str, default: str) -> dict[str, Any]:
-        return {
-            "description": description,
-            "version_added": "0.1.0",
-            "type": type_,
-            "example": example,
-            "default": default,
-        }
-
-    return {
-        "torchx": {
-            "description": "Defaults of the TorchX provider.",
-            "options": {
-                "outage_timeout": option(
-                    "Seconds a wait on a TorchX app goes on while its scheduler gives no answer (a "
-                    "controller restart, an API server failing over), counted from the last good "
-                    "answer. A torchx connection's extra outage_timeout and a task's outage_timeout "
-                    "override it.",
-                    "float",
-                    "1800",
-                    "600",
-                ),
-                "infrastructure_retries": option(
-                    "Times a TorchX job that the infrastructure ended (Slurm NODE_FAIL, PREEMPTED, "
-                    "BOOT_FAIL) is resubmitted within the same task try, resuming from its last "
-                    "checkpoint, without using the task's retries. A torchx connection's extra "
-                    "infrastructure_retries and a task's infrastructure_retries override it; 0 never "
-                    "resubmits.",
-                    "integer",
-                    "5",
-                    "3",
-                ),
-                "poll_interval": option(
-                    "Default seconds between status checks of a TorchXOperator's wait (its "
-                    "poll_interval parameter overrides it).",
-                    "float",
-                    "30",
-                    "5",
-                ),
-                "tracker_timeout": option(
-                    "Default seconds a TorchXOperator gives its trackers at each step (its "
-                    "tracker_timeout parameter overrides it).",
-                    "float",
-                    "120",
-                    "60",
-                ),
-                "max_log_lines": option(
-                    "Default number of last log lines per replica and stream a TorchXOperator prints "
-                    "after a deferred wait (its max_log_lines parameter overrides it).",
-                    "integer",
-                    "5000",
-                    "1000",
-                ),
-                "min_poll_interval": option(
-                    "Shortest interval, in seconds, of the triggerer's shared status query: a "
-                    "deferred wait with a shorter poll_interval (a sensor with poke_interval=0) "
-                    "is polled this often.",
-                    "float",
-                    "5",
-                    "1",
-                ),
-            },
-        }
+        "config": provider_config(),
     }

@@ -4,7 +4,7 @@ The worker's wait (``waiting.py``), the sensor, the triggerer's shared poller an
 lookup of an interrupted submission (``durable.py``) all treat a failing status query the same way:
 a scheduler whose control plane is down (``slurmctld`` restarting, ``slurmdbd`` upgraded, an API
 server failing over) is *waited out*. Queries go on at the wait's own interval; the wait gives up
-only when no good answer came for ``outage_timeout`` seconds (default ``DEFAULT_OUTAGE_TIMEOUT``,
+only when no good answer came for ``outage_timeout`` seconds (default
 10 minutes; ``[torchx] outage_timeout`` site-wide, the ``outage_timeout`` extra of a ``torchx``
 connection, or the task's ``outage_timeout``), counted from the last good answer. An outage is logged
 once when it starts and once when it ends, never once per poll. An app is lost only when its scheduler
@@ -36,7 +36,6 @@ from tenacity import (
 log = logging.getLogger(__name__)
 
 #: Seconds without a good answer after which a wait gives up on its scheduler.
-DEFAULT_OUTAGE_TIMEOUT = 600.0
 #: Before outages were waited out: 5 attempts, 0.5 -> 4 s apart (about 8 s). Kept reachable
 #: (``LEGACY_ATTEMPTS`` with ``status_retrying(..., attempts=...)``) as the benchmark's baseline.
 LEGACY_ATTEMPTS = 5
@@ -51,40 +50,6 @@ def is_retryable(error: BaseException) -> bool:
     from torchx_airflow.exceptions import TorchXInputError
 
     return isinstance(error, Exception) and not isinstance(error, TorchXInputError)
-
-
-def configured_outage_timeout() -> float:
-    """``[torchx] outage_timeout`` of the Airflow config, else ``DEFAULT_OUTAGE_TIMEOUT``."""
-    from airflow.sdk.configuration import conf
-
-    return conf.getfloat("torchx", "outage_timeout", fallback=DEFAULT_OUTAGE_TIMEOUT)
-
-
-def check_outage_timeout(value: Any, where: str) -> float | None:
-    """``value`` as seconds (None stays None: the next level decides); raises ``TorchXConfigError``."""
-    from torchx_airflow.exceptions import TorchXConfigError
-
-    if value is None or value == "":
-        return None
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        seconds = -1.0
-    if not seconds > 0:
-        raise TorchXConfigError(
-            f"{where}: outage_timeout must be a positive number of seconds, got {value!r}. "
-            f"Give e.g. 1800 (wait out a scheduler outage of up to 30 minutes), or leave it unset "
-            f"for [torchx] outage_timeout ({DEFAULT_OUTAGE_TIMEOUT:.0f} s by default)."
-        )
-    return seconds
-
-
-def resolve_outage_timeout(task_value: float | None, connection_value: float | None) -> float:
-    """The task's value, else the connection's, else the site's ``[torchx] outage_timeout``."""
-    for value in (task_value, connection_value):
-        if value is not None:
-            return float(value)
-    return configured_outage_timeout()
 
 
 class StatusOutage:

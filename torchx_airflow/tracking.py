@@ -23,10 +23,11 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from torchx_airflow.apps import airflow_run_id
-from torchx_airflow.dag_lineage import XCOM_RUN_ID, airflow_metadata, parent_runs, record_run
 from torchx_airflow.hooks.torchx import TorchXHook
 from torchx_airflow.hooks.tracker import trackers_for
-from torchx_airflow.trackers import TrackerSet, normalize_conn_ids
+from torchx_airflow.lineage.edges import airflow_metadata, parent_runs, record_run
+from torchx_airflow.lineage.keys import XCOM_RUN_ID
+from torchx_airflow.lineage.stores import TrackerSet, normalize_conn_ids
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -8,8 +8,9 @@ import threading
 import pytest
 from torchx.specs import AppDef, Role, macros
 
-from torchx_airflow.logs import READER_THREAD_PREFIX
+from tests.waits import worker_wait
 from torchx_airflow.operators.torchx import TorchXOperator
+from torchx_airflow.run.logs import READER_THREAD_PREFIX
 
 pytestmark = pytest.mark.integration
 
@@ -60,7 +61,7 @@ def test_a_sync_wait_streams_every_replica_once_and_its_readers_end_with_it(exit
     app_handle = operator.hook.schedule(operator.hook.dryrun(app))
     callers = _status_callers(operator)
     try:
-        status = operator.wait(app_handle, app)
+        status = worker_wait(operator, app_handle, app)
     finally:
         operator.hook.close()
 

@@ -25,7 +25,8 @@ from airflow.sdk import Connection
 
 from tests.polling import wait_until
 from tests.slurm.conftest import SLURM_CONN
-from torchx_airflow.logs import READER_THREAD_PREFIX
+from tests.waits import worker_wait
+from torchx_airflow.run.logs import READER_THREAD_PREFIX
 
 pytestmark = pytest.mark.integration
 SLURM_COMMANDS = ("sacct", "squeue", "scontrol")
@@ -218,7 +219,7 @@ def test_a_sync_wait_is_the_only_status_source_while_readers_follow_a_multi_repl
     operator.hook.status = counting  # type: ignore[method-assign]
     before = len(slurm_commands.calls())
     outcome: dict = {}
-    waiter = threading.Thread(target=lambda: outcome.update(status=operator.wait(handle, app)))
+    waiter = threading.Thread(target=lambda: outcome.update(status=worker_wait(operator, handle, app)))
     waiter.start()
     wait_until(lambda: len(_reader_threads()) == 8, "8 reader threads", WAIT_SECONDS)
     wait_until(lambda: counting.polls >= 4, "4 status polls", WAIT_SECONDS)
@@ -243,7 +244,7 @@ def test_reader_threads_stop_when_the_wait_raises(slurm_hook, submitted):
     from torchx_airflow.exceptions import TorchXConfigError
 
     with pytest.raises(TorchXConfigError, match="fault injected"):
-        operator.wait(handle, app)
+        worker_wait(operator, handle, app)
     assert _reader_threads() == []
 
 

@@ -15,9 +15,10 @@ import pytest
 
 from tests.slurm.private_cluster import PrivateSlurm, private_slurm
 from tests.slurm.test_slurm_shared_polling import held_jobs
-from torchx_airflow.durable import SUBMISSION_KEY, DurableSubmission
 from torchx_airflow.exceptions import TorchXConfigError
 from torchx_airflow.hooks.torchx import TorchXHook
+from torchx_airflow.run.durable import DurableSubmission
+from torchx_airflow.run.state import SUBMISSION_KEY
 from torchx_airflow.schedulers.slurm import submission_mark
 from torchx_airflow.triggers.torchx import TorchXAppTrigger
 

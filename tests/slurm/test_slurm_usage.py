@@ -209,7 +209,8 @@ def test_gpus_by_type_from_a_cluster_with_gpus(slurm_cluster, tmp_path, monkeypa
 
     from tests.slurm.private_cluster import private_slurm
     from torchx_airflow.hooks.torchx import TorchXHook
-    from torchx_airflow.pricing import PriceTable, actual_cost
+    from torchx_airflow.policies.cost.pricing import actual_cost
+    from torchx_airflow.settings.prices import PriceTable
 
     burn = str(REPO / "tests" / "dags" / "jobs" / "burn.py")
     role = Role("trainer", image=str(tmp_path), entrypoint="python", args=[burn, "--sleep", "3"])

@@ -9,9 +9,9 @@ from typing import Any
 
 from torchx.specs import AppStatus
 
-from torchx_airflow.hooks.settings import TorchXConnectionSettings
 from torchx_airflow.hooks.torchx import TorchXDryRun
 from torchx_airflow.operators.torchx import TorchXOperator
+from torchx_airflow.settings.connection import TorchXConnectionSettings
 
 HANDLE = "slurm://torchx/4242"
 TRIGGER_PATH = "torchx_airflow.triggers.torchx.TorchXAppTrigger"

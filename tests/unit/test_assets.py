@@ -1,4 +1,4 @@
-"""Artifacts to Airflow assets (torchx_airflow/assets.py): the mapping's checks name the fix, a succeeded
+"""Artifacts to Airflow assets (lineage/assets.py): the mapping's checks name the fix, a succeeded
 app puts its run on the asset event, a missing artifact fails."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from airflow.sdk import Asset, AssetAlias
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
-from torchx_airflow.assets import TorchXArtifactMissingError, check_artifact_assets, emit_asset_events
 from torchx_airflow.exceptions import TorchXInputError
+from torchx_airflow.lineage.assets import TorchXArtifactMissingError, check_artifact_assets, emit_asset_events
 
 MODEL = Asset("s3://ml/models/resnet")
 

@@ -20,7 +20,7 @@ from torchx_airflow.apps import build_app_from_component, normalize_component_ar
 from torchx_airflow.exceptions import TorchXInputError
 from torchx_airflow.hooks.torchx import TorchXHook
 from torchx_airflow.hooks.tracker import trackers_for
-from torchx_airflow.run_options import RunOptionValueError, typed_value
+from torchx_airflow.schedulers.run_options import RunOptionValueError, typed_value
 
 SECRET = "Bad-Input-Secret-7731"
 # An int run option in this TorchX: aws_batch's priority in the release; main moved aws_batch out of

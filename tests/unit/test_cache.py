@@ -1,4 +1,4 @@
-"""The cache key (torchx_airflow.cache): what changes it, what does not, what it never holds.
+"""The cache key (torchx_airflow.policies.cache.keys): what changes it, what does not, what it never holds.
 
 Keys are computed from real TorchX apps (components materialized by TorchX), real files, a real
 fsspec store on memory:// and a local directory; the mutation suite changes one field at a time."""
@@ -16,10 +16,9 @@ import pytest
 from torchx_airflow_tracker.fsspec_store import FsspecStore
 
 from tests.secret_search import find_secret
-from torchx_airflow.cache import (
+from torchx_airflow.exceptions import TorchXConfigError
+from torchx_airflow.policies.cache.keys import (
     IGNORED,
-    check_ignore_args,
-    check_ttl,
     file_inputs,
     ignore_args,
     key_inputs,
@@ -28,8 +27,8 @@ from torchx_airflow.cache import (
     parent_inputs,
     usable,
 )
-from torchx_airflow.caching import cache_enabled, key_app
-from torchx_airflow.exceptions import TorchXConfigError
+from torchx_airflow.policies.cache.policy import cache_enabled, key_app
+from torchx_airflow.settings.checks import check_ignore_args, check_ttl
 
 SECRET = "cache-Secret-Value-7731"
 
@@ -134,7 +133,7 @@ def test_a_parent_artifact_on_a_remote_store_is_told_by_its_content(job):
 
 
 def test_a_parent_artifact_that_is_gone_stops_caching(job, parent):
-    from torchx_airflow.fingerprints import FingerprintError
+    from torchx_airflow.policies.cache.fingerprints import FingerprintError
 
     parent[2].unlink()
     with pytest.raises(FingerprintError, match="data.csv"):
@@ -241,8 +240,12 @@ def test_an_operator_caching_without_waiting_is_refused():
 
 
 def test_a_cached_task_without_a_tracker_fails_before_submitting():
+    from tests.unit.fakes import FakeSchedulerHook, TaskStateStore, _context
     from torchx_airflow.operators.torchx import TorchXOperator
 
+    hook = FakeSchedulerHook([])
     op = TorchXOperator(task_id="t", component="utils.echo", cache=True, tracker_conn_ids=[])
+    op.__dict__["hook"] = hook
     with pytest.raises(TorchXConfigError, match="has no tracker: cache records live in the task's trackers"):
-        op._cached_result({"ti": None})
+        op.execute(_context(TaskStateStore()))
+    assert getattr(hook, "tokens", []) == []  # observed: nothing reached the scheduler

@@ -8,7 +8,8 @@ import pytest
 from airflow.sdk import DAG, BaseOperator, TaskGroup
 
 from torchx_airflow.apps import airflow_run_id
-from torchx_airflow.dag_lineage import XCOM_RUN_ID, _states_by_task, airflow_metadata, parent_runs
+from torchx_airflow.lineage.edges import _states_by_task, airflow_metadata, parent_runs
+from torchx_airflow.lineage.keys import XCOM_RUN_ID
 
 RUN = "manual__1"
 
@@ -159,7 +160,7 @@ def test_edges_are_named_by_the_parent_artifacts_the_app_names():
     from torchx.specs import AppDef, Role
     from torchx_airflow_tracker.fsspec_store import FsspecStore
 
-    from torchx_airflow.dag_lineage import artifact_labels, record_run
+    from torchx_airflow.lineage.edges import artifact_labels, record_run
 
     store = FsspecStore(f"memory://labels-{uuid.uuid4().hex}")
     prepare, other, child = (

@@ -1,4 +1,4 @@
-"""The durable submission (torchx_airflow/durable.py) through the operator: the submission mark in
+"""The durable submission (torchx_airflow/run/durable.py) through the operator: the submission mark in
 the task state store before the job reaches the scheduler, the handle persisted, and a retry that
 reattaches, finds the job an earlier try submitted, or submits again. The scheduler is
 ``FakeSchedulerHook`` (tests/unit/fakes.py); the real one runs in tests/slurm."""
@@ -80,7 +80,7 @@ def test_a_retry_whose_earlier_submission_never_reached_the_scheduler_submits():
 
 
 def test_a_scheduler_that_cannot_tell_fails_the_try_submitting_nothing_and_keeps_the_mark(monkeypatch):
-    monkeypatch.setattr("torchx_airflow.durable._LOOKUP_INTERVAL", 0.01)
+    monkeypatch.setattr("torchx_airflow.run.durable._LOOKUP_INTERVAL", 0.01)
     hook = FakeSchedulerHook([AppState.RUNNING])
     hook.found = RuntimeError("squeue failed (exit code 1): slurm_load_jobs error")
     hook.schedule = None  # type: ignore[assignment]

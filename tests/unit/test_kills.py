@@ -1,4 +1,4 @@
-"""Which kills cancel the app (torchx_airflow.kills): the task instance's state decides."""
+"""Which kills cancel the app (torchx_airflow.run.kills): the task instance's state decides."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from torchx_airflow import kills
-from torchx_airflow.kills import TaskInstanceKey, kill_verdict, verdict_for_state
+from torchx_airflow.run import kills
+from torchx_airflow.run.kills import TaskInstanceKey, kill_verdict, verdict_for_state
 
 KEY = TaskInstanceKey("dag", "run", "train", -1)
 

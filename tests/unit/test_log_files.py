@@ -1,4 +1,4 @@
-"""Log file followers (torchx_airflow/log_files.py): to the end of a file, each line once, streams kept
+"""Log file followers (schedulers/log_files.py): to the end of a file, each line once, streams kept
 apart, and stopping when the app ends."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 def test_a_follower_reads_to_the_end_and_asks_the_scheduler_only_after_the_app_ended(tmp_path):
     import threading
 
-    from torchx_airflow.log_files import follow_file
+    from torchx_airflow.schedulers.log_files import follow_file
 
     log = tmp_path / "slurm-1-r-0.out"
     asked: list[bool] = []
@@ -35,7 +35,7 @@ def test_a_follower_reads_to_the_end_and_asks_the_scheduler_only_after_the_app_e
 def test_a_follower_whose_file_never_appears_stops_when_the_app_ends(tmp_path):
     import threading
 
-    from torchx_airflow.log_files import follow_file
+    from torchx_airflow.schedulers.log_files import follow_file
 
     ended = threading.Event()
     lines: list[str] = []
@@ -49,7 +49,7 @@ def test_a_follower_whose_file_never_appears_stops_when_the_app_ends(tmp_path):
 
 
 def test_log_file_follower_shows_each_line_once_and_keeps_streams_apart(tmp_path):
-    from torchx_airflow.log_files import LogFileFollower
+    from torchx_airflow.schedulers.log_files import LogFileFollower
 
     out, err = tmp_path / "out", tmp_path / "err"
     files = {"stdout": out, "stderr": err}
@@ -74,7 +74,7 @@ def test_log_file_follower_shows_each_line_once_and_keeps_streams_apart(tmp_path
 
 
 def test_log_file_follower_resumes_from_its_byte_offsets_not_from_byte_0(tmp_path):
-    from torchx_airflow.log_files import LogFileFollower
+    from torchx_airflow.schedulers.log_files import LogFileFollower
 
     log = tmp_path / "out"
     log.write_text("".join(f"line {i}\n" for i in range(1000)) + "unfin")
@@ -92,7 +92,7 @@ def test_log_file_follower_resumes_from_its_byte_offsets_not_from_byte_0(tmp_pat
 
 
 def test_log_file_follower_reads_in_bounded_chunks_and_caps_a_progress_line(tmp_path, monkeypatch):
-    from torchx_airflow import log_files
+    from torchx_airflow.schedulers import log_files
 
     monkeypatch.setattr(log_files, "CHUNK_BYTES", 1024)
     monkeypatch.setattr(log_files, "MAX_BYTES_PER_LOOK", 4096)

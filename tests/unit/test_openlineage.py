@@ -13,7 +13,7 @@ from airflow.sdk import Asset
 
 from tests.conftest import REPO
 from torchx_airflow.exceptions import TorchXInputError
-from torchx_airflow.openlineage import (
+from torchx_airflow.lineage.openlineage import (
     artifact_dataset_name,
     consumed_artifacts,
     lineage_datasets,
@@ -37,11 +37,11 @@ def _openlineage(modules: list[str]) -> list[str]:
 
 def test_importing_operators_and_parsing_the_example_dags_loads_no_openlineage_module():
     modules = _modules_after(
-        "import torchx_airflow.operators.torchx, torchx_airflow.assets\n"
+        "import torchx_airflow.operators.torchx, torchx_airflow.lineage.assets\n"
         f"runpy.run_path({str(REPO / 'dags' / 'torchx_pipeline.py')!r})\n"
         f"runpy.run_path({str(REPO / 'dags' / 'torchx_model_evaluation.py')!r})"
     )
-    assert "torchx_airflow.openlineage" in modules  # the operator module imports the (light) module
+    assert "torchx_airflow.lineage.openlineage" in modules  # the operator module imports the (light) module
     # `import airflow.sdk` itself has Airflow read every installed provider's metadata module
     # (airflow.providers.openlineage.get_provider_info): nothing beyond that may load
     assert _openlineage(modules) == _openlineage(_modules_after("import airflow.sdk"))
@@ -148,7 +148,7 @@ def test_no_parent_run_env_outside_a_running_task():
 
 
 _PARENT_ENV_IN_A_TASK = (
-    "from torchx_airflow.openlineage import is_enabled, parent_run_env\n"
+    "from torchx_airflow.lineage.openlineage import is_enabled, parent_run_env\n"
     "print(json.dumps([is_enabled(), parent_run_env({'ti': object()})]))"
 )
 

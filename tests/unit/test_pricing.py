@@ -1,4 +1,4 @@
-"""The price table, the estimate and max_cost (torchx_airflow/pricing.py); the connection's own bad
+"""The price table, the estimate and max_cost (policies/cost/pricing.py); the connection's own bad
 values are in the table of tests/unit/test_bad_inputs.py."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ import pytest
 from torchx.specs import AppDef, Resource, Role
 
 from torchx_airflow.exceptions import TorchXConfigError, TorchXCostLimitError
-from torchx_airflow.hooks.settings import TorchXConnectionSettings
-from torchx_airflow.pricing import (
-    PriceTable,
+from torchx_airflow.policies.cost.pricing import (
     actual_cost,
-    check_cost_params,
     check_max_cost,
     estimate_cost,
     requested_resources,
 )
+from torchx_airflow.settings.checks import check_cost_params
+from torchx_airflow.settings.connection import TorchXConnectionSettings
+from torchx_airflow.settings.prices import PriceTable
 
 PRICES = {
     "cpu_hour": 0.05,

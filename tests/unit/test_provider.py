@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from tests.conftest import AIRFLOW
 from torchx_airflow.get_provider_info import get_provider_info
@@ -16,7 +19,7 @@ def test_importing_operators_loads_no_scheduler_or_backend_library():
     code = (
         "import json, sys\n"
         "import torchx_airflow.operators.torchx, torchx_airflow.sensors.torchx, torchx_airflow.hooks.torchx\n"
-        "import torchx_airflow.hooks.tracker, torchx_airflow.tracking, torchx_airflow.dag_lineage\n"
+        "import torchx_airflow.hooks.tracker, torchx_airflow.tracking, torchx_airflow.lineage.edges\n"
         "print(json.dumps(sorted(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
@@ -66,24 +69,34 @@ def test_airflow_lists_the_provider_and_its_connection_type():
         assert f"torchx_airflow.hooks.{hook}" in conns
 
 
-def test_the_torchx_config_section_holds_the_defaults_a_task_and_connection_override(monkeypatch):
+def test_the_torchx_config_section_and_the_docs_are_rendered_from_the_options_table(monkeypatch):
+    """One table: Airflow's [torchx] section, the defaults it reads, the resolver and the docs."""
     from airflow.sdk.configuration import conf
 
-    monkeypatch.delenv("AIRFLOW__TORCHX__MIN_POLL_INTERVAL")  # the unit tests' own setting
+    from torchx_airflow.settings.options import OPTIONS, options_markdown, site_value
 
+    monkeypatch.delenv("AIRFLOW__TORCHX__MIN_POLL_INTERVAL")  # the unit tests' own setting
     section = get_provider_info()["config"]["torchx"]["options"]
-    assert set(section) == {
-        "outage_timeout",
-        "poll_interval",
-        "tracker_timeout",
-        "max_log_lines",
-        "min_poll_interval",
-        "infrastructure_retries",
-    }
-    assert conf.getint("torchx", "infrastructure_retries") == 3
-    # the defaults Airflow reads are the operators' own: nothing changes until a site sets them
-    assert conf.getfloat("torchx", "outage_timeout") == 600.0
-    assert conf.getfloat("torchx", "poll_interval") == 5.0
-    assert conf.getfloat("torchx", "tracker_timeout") == 60.0
-    assert conf.getint("torchx", "max_log_lines") == 1000
-    assert conf.getfloat("torchx", "min_poll_interval") == 1.0
+    assert list(section) == [option.name for option in OPTIONS]
+    for option in OPTIONS:
+        assert section[option.name]["type"] == option.type
+        # the default Airflow reads is the table's, and so is what the resolver falls back to
+        assert (
+            float(conf.get("torchx", option.name)) == float(option.default) == float(site_value(option.name))
+        )
+    page = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
+    assert options_markdown() in page, (
+        "docs/configuration.md: paste `python -m torchx_airflow.settings.options`"
+    )
+
+
+def test_a_bad_site_option_is_refused_naming_it(monkeypatch):
+    from torchx_airflow.exceptions import TorchXConfigError
+    from torchx_airflow.settings.resolve import resolve
+
+    monkeypatch.setenv("AIRFLOW__TORCHX__TRACKER_TIMEOUT", "soon")
+    with pytest.raises(
+        TorchXConfigError, match=r"\[torchx\] tracker_timeout: tracker_timeout must be a positive"
+    ):
+        resolve("tracker_timeout")
+    assert resolve("tracker_timeout", 5.0) == 5.0  # a task's own value never reads the site's

@@ -1,5 +1,5 @@
 """Jobs the infrastructure ended are resubmitted in the same try, on their own budget, resuming from
-their checkpoint; jobs that failed for their own reasons are not (torchx_airflow.resubmission).
+their checkpoint; jobs that failed for their own reasons are not (torchx_airflow.policies.resubmission).
 
 Fakes pin what the operator does with each answer; tests/slurm/test_slurm_preemption.py takes real
 nodes down and preempts real jobs.
@@ -17,14 +17,10 @@ from torchx.specs import AppState, AppStatus
 
 from tests.unit.fakes import HANDLE, FakeSchedulerHook, TaskStateStore, _context, _operator, _terminal
 from torchx_airflow.exceptions import TorchXAppFailedError, TorchXConfigError, TorchXConnectionError
-from torchx_airflow.hooks.settings import TorchXConnectionSettings
-from torchx_airflow.resubmission import (
-    ATTEMPT_ENV,
-    ATTEMPTS_KEY,
-    RESUME_FROM_ENV,
-    Resubmission,
-)
+from torchx_airflow.policies.resubmission import ATTEMPT_ENV, RESUME_FROM_ENV
+from torchx_airflow.run.state import ATTEMPTS_KEY
 from torchx_airflow.schedulers.slurm import infrastructure_states
+from torchx_airflow.settings.connection import TorchXConnectionSettings
 
 SECOND, THIRD = "slurm://torchx/4243", "slurm://torchx/4244"
 NODE_FAIL = AppStatus(AppState.FAILED, msg="CANCELLED by 0, NODE_FAIL (exit code 0:0)")
@@ -83,9 +79,8 @@ class FakeTrackers:
 
 def _resubmitting(hook: FakeSchedulerHook, store: TaskStateStore, tracker: Any = None, budget: int = 3, **kw):
     hook.handles = (HANDLE, SECOND, THIRD)
-    op = _operator(hook, **kw)
+    op = _operator(hook, infrastructure_retries=budget, **kw)
     tracker = tracker if tracker is not None else CheckpointStore()
-    op.__dict__["_resubmission_of"] = Resubmission(store, budget, "checkpoint", tracker, op.log)
     op.__dict__["trackers"] = FakeTrackers(tracker)
     return op, tracker
 
@@ -222,7 +217,10 @@ def test_a_bad_budget_is_refused_naming_the_value(value):
 
 
 def test_the_budget_comes_from_the_task_else_the_connection_else_the_site(monkeypatch):
-    from torchx_airflow.resubmission import resolve_infrastructure_retries
+    from torchx_airflow.settings.resolve import resolve
+
+    def resolve_infrastructure_retries(task: int | None, connection: int | None) -> int:
+        return int(resolve("infrastructure_retries", task, connection))
 
     assert resolve_infrastructure_retries(1, 5) == 1
     assert resolve_infrastructure_retries(None, 5) == 5
@@ -255,7 +253,7 @@ def test_the_lineage_view_draws_each_attempt_and_the_checkpoint_edge_between_the
     """Through a real fsspec store: what the operator records is what the view reads."""
     from torchx_airflow_tracker.fsspec_store import FsspecStore
 
-    from torchx_airflow.dag_lineage import record_attempt
+    from torchx_airflow.lineage.edges import record_attempt
     from torchx_airflow.plugins.graph import AirflowTask, Seed, build_graph
     from torchx_airflow.plugins.render import render_svg
 

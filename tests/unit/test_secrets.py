@@ -53,7 +53,7 @@ ALLOWED_INTERNAL = {
     # on_kill asks the API server for its task instance's state, as the standard provider's
     # WorkflowTrigger and ExternalTaskSensor do: RuntimeTaskInstance.get_task_states in the worker,
     # the supervisor channel's GetTaskStates in the triggerer. The SDK exports neither.
-    ("kills.py", "airflow.sdk.execution_time"): "on_kill reads its task instance's state",
+    ("run/kills.py", "airflow.sdk.execution_time"): "on_kill reads its task instance's state",
 }
 
 

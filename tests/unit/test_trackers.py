@@ -1,10 +1,10 @@
-"""The tracker domain (torchx_airflow/trackers.py): which job variables carry a tracker's credentials."""
+"""The tracker domain (lineage/stores.py): which job variables carry a tracker's credentials."""
 
 from __future__ import annotations
 
 
 def test_tracker_set_names_the_env_variables_that_carry_credentials():
-    from torchx_airflow.trackers import TrackerBackend, TrackerSet
+    from torchx_airflow.lineage.stores import TrackerBackend, TrackerSet
 
     mlflow = TrackerBackend(
         "ml",

@@ -1,4 +1,4 @@
-"""A task's usage and cost (torchx_airflow/usage.py) through the operator: the estimate and max_cost
+"""A task's usage and cost (policies/cost/usage.py) through the operator: the estimate and max_cost
 before anything is submitted, the usage and cost in the result and in the error of a failed app, the
 fallback for schedulers without accounting, and a usage read that fails.
 
@@ -19,8 +19,8 @@ from torchx.specs import AppState
 
 from tests.unit.fakes import HANDLE, TI, FakeSchedulerHook, TaskStateStore, _context, _operator, _terminal
 from torchx_airflow.exceptions import TorchXAppFailedError, TorchXConfigError, TorchXCostLimitError
-from torchx_airflow.pricing import PriceTable
-from torchx_airflow.usage import SUBMITTED_KEY
+from torchx_airflow.run.state import SUBMITTED_KEY
+from torchx_airflow.settings.prices import PriceTable
 
 PRICES = PriceTable(cpu_hour=0.5, mem_gb_hour=0.25, currency="EUR")
 # what sacct gives for a 1-CPU, 1 GB job of 60 s (the shape of SlurmSupport.usage)

@@ -27,7 +27,8 @@ from torchx_airflow_tracker.compat import cached_property
 
 from torchx_airflow.apps import AppHandle
 from torchx_airflow.exceptions import TorchXConfigError, TorchXConnectionError
-from torchx_airflow.hooks.settings import CONN_EXAMPLE, TorchXConnectionSettings
+from torchx_airflow.settings.connection import CONN_EXAMPLE, TorchXConnectionSettings
+from torchx_airflow.settings.resolve import resolve
 
 if TYPE_CHECKING:
     import threading
@@ -229,7 +230,7 @@ class TorchXHook(BaseHook):
         """
         from torchx.specs import InvalidRunConfigException
 
-        from torchx_airflow.run_options import RunOptionValueError, typed_value
+        from torchx_airflow.schedulers.run_options import RunOptionValueError, typed_value
 
         opts = self.run_opts(scheduler)
         known = dict(opts)
@@ -407,9 +408,9 @@ class TorchXHook(BaseHook):
         """
         import time
 
-        from torchx_airflow.retry import StatusOutage, call_status, resolve_outage_timeout
+        from torchx_airflow.retry import StatusOutage, call_status
 
-        budget = resolve_outage_timeout(None, self.settings.outage_timeout)
+        budget = resolve("outage_timeout", None, self.settings.outage_timeout)
         outage = StatusOutage(f"Status of TorchX app {app_handle}", budget)
         while True:
             status = call_status(outage, wait_interval, self.status, app_handle)
@@ -446,7 +447,7 @@ class TorchXHook(BaseHook):
         every ``poll`` seconds. Slurm's files are found through the job's work dir, so any process can
         read them, not only one started in the directory the job was submitted from.
         """
-        from torchx_airflow.log_files import follow_file
+        from torchx_airflow.schedulers.log_files import follow_file
 
         parsed = AppHandle.parse(app_handle)
         handle, app_id = str(parsed), parsed.app_id

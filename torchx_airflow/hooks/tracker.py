@@ -11,7 +11,7 @@
     scheme gets ``http://`` and the port field); login/password: basic auth; extra ``experiment``
     (default ``torchx``).
 
-Each hook resolves its connection into a ``torchx_airflow.trackers.TrackerBackend``;
+Each hook resolves its connection into a ``torchx_airflow.lineage.stores.TrackerBackend``;
 ``trackers_for(conn_ids)`` resolves a task's connections into its ``TrackerSet``, their secrets
 registered with Airflow's masker. Importing this module imports neither mlflow nor s3fs.
 """
@@ -26,20 +26,20 @@ from airflow.sdk import BaseHook
 from torchx_airflow_tracker.compat import cached_property
 
 from torchx_airflow.exceptions import TorchXConnectionError
-from torchx_airflow.hooks.settings import check_extra_keys, parse_json_object
-from torchx_airflow.hooks.tracker_fields import (
-    add_fsspec_credentials,
-    check_mlflow_credentials,
-    fsspec_root,
-    mlflow_tracking_uri,
-)
-from torchx_airflow.secrets import option_secrets, register_secret, strip_userinfo, uri_secrets
-from torchx_airflow.trackers import (
+from torchx_airflow.lineage.stores import (
     DEFAULT_EXPERIMENT,
     ENV_MLFLOW_PASSWORD,
     ENV_MLFLOW_USERNAME,
     TrackerBackend,
     TrackerSet,
+)
+from torchx_airflow.secrets import option_secrets, register_secret, strip_userinfo, uri_secrets
+from torchx_airflow.settings.extras import check_extra_keys, parse_json_object
+from torchx_airflow.settings.tracker_fields import (
+    add_fsspec_credentials,
+    check_mlflow_credentials,
+    fsspec_root,
+    mlflow_tracking_uri,
 )
 
 if TYPE_CHECKING:

@@ -6,12 +6,11 @@ from typing import TYPE_CHECKING
 
 from airflow.sdk import BaseOperatorLink
 
+from torchx_airflow.lineage.keys import XCOM_TRACKER_URL, XCOM_UI_URL
+
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
     from airflow.sdk.types import TaskInstanceKey
-
-XCOM_UI_URL = "ui_url"
-XCOM_TRACKER_URL = "tracker_url"
 
 
 class TorchXAppLink(BaseOperatorLink):

@@ -17,7 +17,7 @@ from torchx_airflow_tracker.compat import cached_property
 from torchx_airflow.apps import build_task_app, mapping_param, summarize_dryrun
 from torchx_airflow.exceptions import TorchXComponentError, TorchXConfigError
 from torchx_airflow.hooks.torchx import TorchXHook
-from torchx_airflow.openlineage import parent_run_env
+from torchx_airflow.lineage.openlineage import parent_run_env
 
 if TYPE_CHECKING:
     import jinja2
@@ -25,9 +25,7 @@ if TYPE_CHECKING:
     from torchx.specs import AppDef
 
     from torchx_airflow.hooks.torchx import TorchXDryRun
-    from torchx_airflow.trackers import TrackerSet
-
-XCOM_APP_HANDLE = "app_handle"
+    from torchx_airflow.lineage.stores import TrackerSet
 
 
 class TorchXDryRunOperator(BaseOperator):

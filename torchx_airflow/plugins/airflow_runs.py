@@ -18,9 +18,8 @@ from urllib.parse import quote
 from sqlalchemy import select
 
 from torchx_airflow.apps import AIRFLOW_RUN_SCHEME
-from torchx_airflow.dag_lineage import XCOM_RUN_ID
 from torchx_airflow.hooks.torchx import TorchXHook
-from torchx_airflow.links.torchx import XCOM_TRACKER_URL, XCOM_UI_URL
+from torchx_airflow.lineage.keys import XCOM_RUN_ID, XCOM_TRACKER_URL, XCOM_UI_URL
 from torchx_airflow.plugins.graph import AirflowTask, LineageGraph, RunNode, Seed
 from torchx_airflow.plugins.usage_view import RunUsage
 

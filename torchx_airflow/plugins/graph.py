@@ -21,10 +21,10 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.apps import AIRFLOW_RUN_SCHEME, AppHandle
-from torchx_airflow.dag_lineage import AIRFLOW_IDENTITY_KEYS, ATTEMPT_KEY, CACHED_FROM_KEY, ENDED_BY_KEY
+from torchx_airflow.lineage.edges import AIRFLOW_IDENTITY_KEYS
+from torchx_airflow.lineage.keys import ATTEMPT_KEY, CACHED_FROM_KEY, COST_KEY, ENDED_BY_KEY, USAGE_KEY
 from torchx_airflow.plugins.usage_view import RunUsage, usage_total
 from torchx_airflow.plugins.walk import Walk, parallel_map
-from torchx_airflow.usage import COST_KEY, USAGE_KEY
 
 if TYPE_CHECKING:
     from torchx.tracker.api import TrackerBase

@@ -1,6 +1,6 @@
 """What the lineage view shows of a run's usage and cost, and their sum over a DAG run.
 
-A run's usage and cost are what its task recorded (``torchx_airflow.usage``): the task's result XCom
+A run's usage and cost are what its task recorded (``policies.cost.usage``): the task's result XCom
 (``usage``, ``cost``) for a run of the DAG run shown, the tracker metadata (``torchx_usage``,
 ``torchx_cost``) for any run. The view keeps the figures it shows: source, elapsed and CPU time,
 CPU-hours, GPU-hours by type, memory GB-hours and the actual cost.
@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchx_airflow.pricing import format_amount
+from torchx_airflow.settings.prices import format_amount
 
 
 def _mapping(value: object) -> Mapping[str, Any]:

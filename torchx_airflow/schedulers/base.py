@@ -112,13 +112,13 @@ class SchedulerSupport:
         """Why an app that ended in ``state`` (an ``AppState`` name) with status ``msg`` ended for the
         infrastructure's reasons (a node failure, a preemption), or None when it ended for its own
         (an exit code, memory, a time limit) or this cannot be told: what makes the operator resubmit
-        it without using the task's retries (``torchx_airflow.resubmission``). The default tells none.
+        it without using the task's retries (``policies.resubmission``). The default tells none.
         """
         return None
 
     def leave_resubmission_to_task(self, dryrun_info: AppDryRunInfo) -> None:
         """Keep the scheduler from restarting the job itself after an infrastructure end, so that it
-        ends and the task resubmits it with what resumes it (``torchx_airflow.resubmission``). The
+        ends and the task resubmits it with what resumes it (``torchx_airflow.policies.resubmission``). The
         default leaves the request as it is."""
 
     def image_digest(self, image: str) -> str | None:
@@ -134,7 +134,7 @@ class SchedulerSupport:
         """What the ended app used, from the scheduler's own accounting: a JSON-safe dict with
         ``source`` (``"sacct"``, ``"process"``...), ``elapsed_s`` and ``cpu_time_s``, and ``totals``
         (``cpu_hours``, ``gpu_hours`` by GPU type, ``mem_gb_hours``) when the scheduler allocates
-        resources itself; None when it keeps no such accounting (``torchx_airflow.usage`` then counts
+        resources itself; None when it keeps no such accounting (``policies.cost.usage`` then counts
         the requested resources x elapsed). Raises when the accounting cannot be read.
         """
         return None

@@ -15,7 +15,6 @@ from torchx_airflow.apps import SUCCEEDED, check_app_handle, scheduler_of, summa
 from torchx_airflow.exceptions import (
     TorchXAppNotFoundError,
     TorchXAppTerminalError,
-    TorchXConfigError,
 )
 from torchx_airflow.hooks.torchx import TorchXHook
 
@@ -71,7 +70,7 @@ class TorchXAppSensor(BaseSensorOperator):
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
-        from torchx_airflow.retry import check_outage_timeout
+        from torchx_airflow.settings.checks import check_outage_timeout
 
         self.app_handle = app_handle
         self.torchx_conn_id = torchx_conn_id
@@ -80,9 +79,9 @@ class TorchXAppSensor(BaseSensorOperator):
         self._outage: Any = None
 
     def _outage_budget(self) -> float:
-        from torchx_airflow.retry import resolve_outage_timeout
+        from torchx_airflow.settings.resolve import resolve
 
-        return resolve_outage_timeout(self.outage_timeout, self.hook.settings.outage_timeout)
+        return resolve("outage_timeout", self.outage_timeout, self.hook.settings.outage_timeout)
 
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
@@ -90,11 +89,9 @@ class TorchXAppSensor(BaseSensorOperator):
         from torchx_airflow.triggers.torchx import TorchXAppTrigger
 
         app_handle = check_app_handle(self.app_handle)
-        if not self.hook.apps_outlive_launcher(scheduler_of(app_handle)):
-            raise TorchXConfigError(
-                f"deferrable=True cannot wait on {app_handle}: local apps are only visible from the process "
-                "that launched them. Wait in the launching TorchXOperator (wait_for_completion=True)."
-            )
+        from torchx_airflow.run.waiting import waits_in_triggerer
+
+        waits_in_triggerer(self.hook, scheduler_of(app_handle), True, launched_here=False, task_log=self.log)
         try:
             result = self.poke(context)  # done already, or a bad handle: no need to defer
         except AirflowFailException as e:  # as BaseSensorOperator.execute treats it in poke mode

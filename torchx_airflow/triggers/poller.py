@@ -42,15 +42,12 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-#: Fallback of ``[torchx] min_poll_interval``: the shortest interval of the shared status query.
-DEFAULT_MIN_POLL_INTERVAL = 1.0
-
 
 def min_poll_interval() -> float:
-    """``[torchx] min_poll_interval`` (seconds)."""
-    from airflow.sdk.configuration import conf
+    """``[torchx] min_poll_interval`` (seconds): the shortest interval of the shared status query."""
+    from torchx_airflow.settings.options import site_value
 
-    return max(0.0, conf.getfloat("torchx", "min_poll_interval", fallback=DEFAULT_MIN_POLL_INTERVAL))
+    return float(site_value("min_poll_interval"))
 
 
 @dataclass

@@ -17,7 +17,7 @@ app after checking it is not already terminal. A triggerer restart never cancels
 triggerer picks the trigger up from its serialized form. A trigger moved to another triggerer (this
 one's heartbeat went stale) gets ``on_kill`` too, with the message of a user's kill: ``on_kill``
 asks the API server for the task instance's state and cancels only if the task was really killed
-(``torchx_airflow.kills``).
+(``torchx_airflow.run.kills``).
 A trigger with ``cancel_on_kill=False`` (a sensor's: it watches an app it did not launch) never
 cancels anything, neither when the task is killed nor when its deadline passes.
 """
@@ -34,7 +34,8 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from torchx_airflow.apps import AppHandle, summarize_status
 from torchx_airflow.exceptions import TorchXSchedulerOutageError
 from torchx_airflow.hooks.torchx import TorchXHook
-from torchx_airflow.retry import StatusOutage, async_status_retrying, is_retryable, resolve_outage_timeout
+from torchx_airflow.retry import StatusOutage, async_status_retrying, is_retryable
+from torchx_airflow.settings.resolve import resolve
 
 _BOOKKEEPING = ("status", "log_cursor")
 # A trigger's event comes no sooner than this after the trigger started. Airflow 3.3 can fail a task
@@ -62,14 +63,6 @@ def read_event(event: Any) -> tuple[str, str, dict[str, Any]]:
     if kind not in ("terminal", "timeout"):
         raise TorchXError(f"Waiting for TorchX app {app_handle} failed: {event.get('message', event)}")
     return kind, app_handle, {k: v for k, v in event.items() if k not in _BOOKKEEPING}
-
-
-def task_deadline(execution_timeout: Any, ti: Any) -> float | None:
-    """A task's ``execution_timeout`` as the trigger's epoch ``deadline``, counted from the task's start."""
-    if execution_timeout is None:
-        return None
-    start = getattr(ti, "start_date", None)
-    return (start.timestamp() if start is not None else time.time()) + execution_timeout.total_seconds()
 
 
 def resumed_app(event: Any) -> tuple[str, str, dict[str, Any]]:
@@ -156,7 +149,7 @@ class TorchXAppTrigger(BaseTrigger):
         from torchx_airflow.triggers.poller import shared_poller
 
         if self.cancel_on_kill:  # so that on_kill's question about the task instance is answered at once
-            from torchx_airflow.kills import TaskInstanceKey, warm_state_channel
+            from torchx_airflow.run.kills import TaskInstanceKey, warm_state_channel
 
             warm_state_channel(TaskInstanceKey.of(getattr(self, "task_instance", None)))
         # Every trigger of this process waiting on the same connection and scheduler shares one
@@ -164,7 +157,7 @@ class TorchXAppTrigger(BaseTrigger):
         started = time.monotonic()
         poller = shared_poller(self.torchx_conn_id, AppHandle.parse(self.app_handle).scheduler, self._hook)
         outage = StatusOutage(
-            f"Status of {self.app_handle}", resolve_outage_timeout(self.outage_timeout, None), self.log
+            f"Status of {self.app_handle}", resolve("outage_timeout", self.outage_timeout, None), self.log
         )
         async with poller.subscribe(self.app_handle, self.poll_interval) as subscription:
             while True:
@@ -205,7 +198,7 @@ class TorchXAppTrigger(BaseTrigger):
         self.log_offsets = dict(self._follower.offsets)
 
     def _read_new_log_lines(self, hook: Any, final: bool) -> list[tuple[str, str]]:
-        from torchx_airflow.log_files import LogFileFollower
+        from torchx_airflow.schedulers.log_files import LogFileFollower
 
         handle = AppHandle.parse(self.app_handle)
         support, app_id = hook.support(handle.scheduler), handle.app_id
@@ -292,12 +285,12 @@ class TorchXAppTrigger(BaseTrigger):
         Airflow 3.3 calls this also for a trigger that moved to another triggerer (this one's
         heartbeat went stale): the task instance is then still ``deferred`` and another triggerer
         waits on the app, so it is left alone; so it is when the state cannot be read within
-        ``[triggerer] on_kill_timeout`` less 5 s (``torchx_airflow.kills``). ``run`` asked the state
+        ``[triggerer] on_kill_timeout`` less 5 s (``torchx_airflow.run.kills``). ``run`` asked the state
         once already, so the triggerer's supervisor has its Execution API built and answers at once.
         """
         if not self.cancel_on_kill:
             return
-        from torchx_airflow.kills import TaskInstanceKey, akill_verdict
+        from torchx_airflow.run.kills import TaskInstanceKey, akill_verdict
 
         verdict = await akill_verdict(TaskInstanceKey.of(getattr(self, "task_instance", None)))
         if not verdict.cancel:

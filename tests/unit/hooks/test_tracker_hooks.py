@@ -15,8 +15,8 @@ from torchx_airflow.apps import app_name_for
 from torchx_airflow.exceptions import TorchXConfigError, TorchXConnectionError
 from torchx_airflow.hooks.torchx import _tracker_environ
 from torchx_airflow.hooks.tracker import MlflowTrackerHook, TorchXFsspecHook, tracker_hook, trackers_for
+from torchx_airflow.lineage.stores import TrackerSet
 from torchx_airflow.operators.torchx import TorchXDryRunOperator
-from torchx_airflow.trackers import TrackerSet
 
 SECRET = "s3-Secret-Key-0042"
 

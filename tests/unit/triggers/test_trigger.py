@@ -105,7 +105,7 @@ def test_on_kill_cancels_only_a_running_app_of_its_own_whose_task_was_killed(
     async def answer(key):
         return ti_state, True
 
-    monkeypatch.setattr("torchx_airflow.kills.aread_task_state", answer)
+    monkeypatch.setattr("torchx_airflow.run.kills.aread_task_state", answer)
     hook = ScriptedHook([state])
     trigger = TorchXAppTrigger(HANDLE, cancel_on_kill=cancel_on_kill)
     trigger.task_instance = DeferredTI()
@@ -144,15 +144,18 @@ def test_a_cancelled_run_never_cancels_the_app():
 
 
 def test_deferrable_on_a_local_scheduler_waits_in_the_worker_with_a_warning(capsys):
-    from torchx_airflow.waiting import check_waitable
+    from torchx_airflow.run.waiting import check_leavable, waits_in_triggerer
 
     op = TorchXOperator(task_id="t", component="utils.echo", deferrable=True)
-    assert check_waitable(op.hook, op.wait_for_completion, op.deferrable, op.log) is False
+    assert waits_in_triggerer(op.hook, op.hook.scheduler, op.deferrable, True, op.log) is False
+    assert op.deferrable is True  # the author's choice stays as written
     out = capsys.readouterr()
     assert "triggerer cannot see: waiting in the worker instead" in out.out + out.err
+    with pytest.raises(TorchXConfigError, match="only visible from the process that launched them"):
+        waits_in_triggerer(op.hook, op.hook.scheduler, True, False, op.log)  # a sensor's wait
     op = TorchXOperator(task_id="t", component="utils.echo", wait_for_completion=False)
     with pytest.raises(TorchXConfigError, match="wait_for_completion=False cannot be used"):
-        check_waitable(op.hook, op.wait_for_completion, op.deferrable, op.log)
+        check_leavable(op.hook, op.hook.scheduler, op.wait_for_completion)
 
 
 def test_an_event_waits_for_the_settle_time_after_the_trigger_started(monkeypatch):
@@ -174,7 +177,7 @@ def test_triggers_ask_their_state_once_per_process_before_any_kill(monkeypatch):
         asked.append(key.task_id)
         return "deferred", True
 
-    monkeypatch.setattr("torchx_airflow.kills.aread_task_state", answer)
+    monkeypatch.setattr("torchx_airflow.run.kills.aread_task_state", answer)
     hook = ScriptedHook([AppState.RUNNING, AppState.SUCCEEDED])
 
     async def two_triggers():
@@ -238,7 +241,10 @@ def test_an_outage_longer_than_outage_timeout_ends_the_wait_with_an_error_saying
 
 
 def test_outage_timeout_defaults_to_the_torchx_config_section(monkeypatch):
-    from torchx_airflow.retry import resolve_outage_timeout
+    from torchx_airflow.settings.resolve import resolve
+
+    def resolve_outage_timeout(task: float | None, connection: float | None) -> float:
+        return float(resolve("outage_timeout", task, connection))
 
     assert resolve_outage_timeout(None, None) == 600.0
     monkeypatch.setenv("AIRFLOW__TORCHX__OUTAGE_TIMEOUT", "1234")

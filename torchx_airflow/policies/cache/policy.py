@@ -1,4 +1,4 @@
-"""A task's cache (``torchx_airflow.cache``) as the operator drives it: key, lookup, hit, record.
+"""A task's cache (``policies.cache.keys``) as the operator drives it: key, lookup, hit, record.
 
 ``TaskCache`` takes values (the task's hook, trackers, context), never the operator. Before
 submitting, ``key`` computes the task's key and ``lookup`` finds a usable record; a hit is turned
@@ -21,10 +21,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from torchx_airflow.cache import (
-    DEFAULT_TTL,
+from torchx_airflow.exceptions import TorchXComponentError, TorchXConfigError
+from torchx_airflow.lineage.keys import CACHE_KEY_KEY, CACHED_FROM_KEY, XCOM_CACHE_KEY
+from torchx_airflow.policies.cache.keys import (
     IGNORED,
-    STATE_KEY,
     file_inputs,
     find_record,
     ignore_args,
@@ -34,15 +34,18 @@ from torchx_airflow.cache import (
     parent_inputs,
     write_record,
 )
-from torchx_airflow.dag_lineage import CACHE_KEY_KEY, CACHED_FROM_KEY
-from torchx_airflow.exceptions import TorchXComponentError, TorchXConfigError
+from torchx_airflow.run.execution import NEW, REATTACHED
+from torchx_airflow.run.points import RunPolicy, ShortCut
+from torchx_airflow.run.state import CACHE_KEY, HANDLE_KEY
+from torchx_airflow.settings.options import BY_NAME
 
 if TYPE_CHECKING:
     from airflow.sdk import Asset, AssetAlias, Context
     from torchx.specs import AppDef
 
     from torchx_airflow.hooks.torchx import TorchXHook
-    from torchx_airflow.trackers import TrackerSet
+    from torchx_airflow.lineage.stores import TrackerSet
+    from torchx_airflow.run.execution import TaskRun
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ class CacheSettings:
 
     salt: str = ""
     ignore_args: tuple[str, ...] = ()
-    ttl: float = DEFAULT_TTL
+    ttl: float = float(BY_NAME["cache_ttl"].default)
 
 
 def cache_enabled(task_value: bool | None, connection_value: bool, wait_for_completion: bool) -> bool:
@@ -116,7 +119,7 @@ class TaskCache:
     def key(self, hook: TorchXHook, app: AppDef, context: Context) -> str | None:
         """The key of ``app`` (``key_app``) on the hook's scheduler, given the task's parents; None,
         with a warning, when an input cannot be read (then nothing is cached)."""
-        from torchx_airflow.dag_lineage import parent_runs
+        from torchx_airflow.lineage.edges import parent_runs
         from torchx_airflow.retry import call_within
 
         scheduler = hook.scheduler
@@ -163,27 +166,25 @@ class TaskCache:
         )
         return record if done else None
 
-    def remember(self, key: str, context: Context, durable: bool) -> None:
-        """Keep the key of the run about to be submitted, for whichever try or resume sees it end."""
-        store = context.get("task_state_store") if durable else None
+    def remember(self, key: str, store: Any, ti: Any) -> None:
+        """Keep the key of the run about to be submitted, for whichever try or resume sees it end
+        (in the task's state ``store`` when it has one, and in XCom)."""
         if store is not None:
-            store.set(STATE_KEY, key)
-        context["ti"].xcom_push(key=STATE_KEY, value=key)
+            store.set(CACHE_KEY, key)
+        ti.xcom_push(key=XCOM_CACHE_KEY, value=key)
 
-    def recall(self, context: Context, durable: bool) -> str | None:
+    def recall(self, store: Any, ti: Any) -> str | None:
         """The key ``remember`` kept for this task instance, if any."""
-        store = context.get("task_state_store") if durable else None
-        key = store.get(STATE_KEY) if store is not None else None
+        key = store.get(CACHE_KEY) if store is not None else None
         if not key:
-            ti = context["ti"]
-            key = ti.xcom_pull(task_ids=ti.task_id, key=STATE_KEY, map_indexes=ti.map_index)
+            key = ti.xcom_pull(task_ids=ti.task_id, key=XCOM_CACHE_KEY, map_indexes=ti.map_index)
         return key if isinstance(key, str) and key else None
 
     def record(
         self, key: str, app_handle: str, result: Mapping[str, Any], context: Context
     ) -> dict[str, Any]:
         """The result of a run that SUCCEEDED, marked a miss, after writing its record to every store."""
-        from torchx_airflow.dag_lineage import airflow_metadata
+        from torchx_airflow.lineage.edges import airflow_metadata
         from torchx_airflow.retry import call_within
 
         result = {**result, "cache_hit": False, "cache_key": key}
@@ -207,9 +208,8 @@ class TaskCache:
         artifact_assets: Mapping[str, Asset | AssetAlias],
     ) -> dict[str, Any]:
         """The task's result from a hit: the earlier run's, with its XComs, lineage and asset events."""
-        from torchx_airflow.assets import emit_asset_events
-        from torchx_airflow.dag_lineage import XCOM_RUN_ID
-        from torchx_airflow.links.torchx import XCOM_TRACKER_URL, XCOM_UI_URL
+        from torchx_airflow.lineage.assets import emit_asset_events
+        from torchx_airflow.lineage.keys import XCOM_RUN_ID, XCOM_TRACKER_URL, XCOM_UI_URL
 
         handle = str(record["app_handle"])
         result = {**record["result"], "cache_hit": True, "cached_from": handle, "cache_key": key}
@@ -235,7 +235,7 @@ class TaskCache:
     ) -> tuple[str, str | None]:
         """The hit's tracker run (see the module's docstring) and its MLflow page."""
         from torchx_airflow.apps import airflow_run_id
-        from torchx_airflow.dag_lineage import airflow_metadata, artifact_labels, parent_runs, record_run
+        from torchx_airflow.lineage.edges import airflow_metadata, artifact_labels, parent_runs, record_run
         from torchx_airflow.retry import call_within
 
         ti = context["ti"]
@@ -262,3 +262,92 @@ class TaskCache:
                 "Tracked %s in %s, cached from %s", run_id, ", ".join(self.trackers.conn_ids), handle
             )
         return run_id, url if done else None
+
+
+class CachePolicy(RunPolicy):
+    """Before submitting, the result of an earlier run with the task's key (nothing submitted);
+    after a run SUCCEEDED, its record.
+
+    :param cache: the task's ``cache`` (None: the connection's extra ``cache``, else off).
+    :param salt: ``cache_salt``; :param ignore_args: ``cache_ignore_args``.
+    :param ttl: the task's ``cache_ttl`` (None: the connection's, else ``[torchx] cache_ttl``).
+    :param app_parts: what the task's app is built from (``TorchXDryRunOperator.app_parts``).
+    :param artifact_assets: the asset events a hit emits, as a run does.
+    """
+
+    def __init__(
+        self,
+        cache: bool | None,
+        salt: str,
+        ignore_args: tuple[str, ...],
+        ttl: float | None,
+        app_parts: Mapping[str, Any],
+        artifact_assets: Mapping[str, Asset | AssetAlias],
+    ) -> None:
+        self.cache, self.salt, self.ignore_args, self.ttl = cache, salt, ignore_args, ttl
+        self.app_parts = dict(app_parts)
+        self.artifact_assets = artifact_assets
+        self._task_cache: TaskCache | None = None
+        self._decided = False
+
+    def task_cache(self, run: TaskRun) -> TaskCache | None:
+        """This execution's cache, or None when caching is off (``cache``, else the connection's)."""
+        if self._decided:
+            return self._task_cache
+        from torchx_airflow.settings.resolve import resolve
+
+        settings = run.hook.settings
+        self._decided = True
+        if not cache_enabled(self.cache, settings.cache, run.wait_for_completion):
+            return None
+        if not run.trackers:
+            raise TorchXConfigError(
+                f"{run.where} is cached (cache={self.cache!r}, connection {run.hook.torchx_conn_id!r} "
+                f"cache={settings.cache!r}) but has no tracker: cache records live in the task's trackers. "
+                "Give it tracker connections (tracker_conn_ids or the connection's extra 'trackers'), or "
+                "set cache=False. Nothing was submitted."
+            )
+        ttl = float(resolve("cache_ttl", self.ttl, settings.cache_ttl))
+        settings_ = CacheSettings(str(self.salt or ""), self.ignore_args, ttl)
+        self._task_cache = TaskCache(settings_, run.trackers, run.tracker_timeout, run.log)
+        return self._task_cache
+
+    def _key(self, run: TaskRun, cache: TaskCache) -> str | None:
+        run.trackers.check_within(run.tracker_timeout, run.where)
+        app = key_app(run.task_id, **self.app_parts, rules=cache.settings.ignore_args)
+        return cache.key(run.hook, app, run.context)
+
+    def before_submit(self, run: TaskRun, app: AppDef) -> ShortCut | None:
+        """A hit's result; None to submit. A task with a job of its own (an earlier try's, to
+        replace) never takes another run's result: it keeps the key of its own submission."""
+        cache = self.task_cache(run) if run.submission == NEW else None
+        if cache is None:
+            return None
+        if run.store is not None and run.store.get(HANDLE_KEY):
+            self._remember_own(run, cache)
+            return None
+        key = self._key(run, cache)
+        if key is None:
+            return None
+        record = cache.lookup(key)
+        if record is None:
+            run.log.info("TorchX cache miss: key %s has no usable record; submitting", key)
+            cache.remember(key, run.store, run.ti)
+            return None
+        result = cache.use(record, key, run.app, run.context, self.artifact_assets)
+        return ShortCut(result, str(record["app_handle"]))
+
+    def _remember_own(self, run: TaskRun, cache: TaskCache) -> None:
+        if cache.recall(run.store, run.ti) is None and (key := self._key(run, cache)):
+            cache.remember(key, run.store, run.ti)
+
+    def submitted(self, run: TaskRun, app_handle: str) -> None:
+        if run.submission == REATTACHED and (cache := self.task_cache(run)) is not None:
+            self._remember_own(run, cache)
+
+    def finished(self, run: TaskRun, app_handle: str, result: dict[str, Any]) -> dict[str, Any]:
+        """A run that SUCCEEDED records its key (``finish_run`` raised for any other end)."""
+        cache = self.task_cache(run)
+        if cache is not None and (key := cache.recall(run.store, run.ti)):
+            result = cache.record(key, app_handle, result, run.context)
+        return result

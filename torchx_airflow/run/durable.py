@@ -16,14 +16,14 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.exceptions import TorchXError
+from torchx_airflow.run.state import SUBMISSION_KEY
+from torchx_airflow.settings.resolve import resolve
 
 if TYPE_CHECKING:
     from torchx_airflow.hooks.torchx import TorchXDryRun, TorchXHook
 
 log = logging.getLogger(__name__)
 
-#: task_state_store key of a submission under way: ``{token, scheduler, since}``.
-SUBMISSION_KEY = "torchx_submission"
 # Seconds between lookups while the scheduler does not answer.
 _LOOKUP_INTERVAL = 5.0
 
@@ -92,12 +92,12 @@ class DurableSubmission:
         mark = self.store.get(SUBMISSION_KEY) if self.store is not None else None
         if not isinstance(mark, dict) or not mark.get("token") or not mark.get("scheduler"):
             return
-        from torchx_airflow.retry import StatusOutage, call_status, is_retryable, resolve_outage_timeout
+        from torchx_airflow.retry import StatusOutage, call_status, is_retryable
 
         scheduler, token = str(mark["scheduler"]), str(mark["token"])
         since = float(mark.get("since") or 0.0)
         what = f"Finding the job an earlier try submitted to {scheduler}"
-        outage = StatusOutage(what, resolve_outage_timeout(self.outage_timeout, None), self.log)
+        outage = StatusOutage(what, resolve("outage_timeout", self.outage_timeout, None), self.log)
         try:
             app_handle = call_status(
                 outage, _LOOKUP_INTERVAL, self.hook.find_submission, scheduler, token, since

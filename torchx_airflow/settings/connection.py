@@ -11,9 +11,9 @@ Connection extra (all optional)::
 no answer (a task's own ``outage_timeout`` wins; unset: ``[torchx] outage_timeout``, 600 s).
 ``infrastructure_retries``: how many times a job that a node failure or a preemption ended is
 resubmitted within the task's try (a task's own wins; unset: ``[torchx] infrastructure_retries``, 3;
-see ``torchx_airflow.resubmission``).
-``prices``: the price table that turns a run's usage into a cost (``torchx_airflow.pricing``).
-``cache``: whether the connection's tasks are cached (``torchx_airflow.cache``) unless a task says
+see ``torchx_airflow.policies.resubmission``).
+``prices``: the price table that turns a run's usage into a cost (``torchx_airflow.policies.cost.pricing``).
+``cache``: whether the connection's tasks are cached (``policies.cache.keys``) unless a task says
 otherwise (default false); ``cache_ttl``: seconds a cache record is used (a task's own wins; default
 30 days).
 
@@ -22,15 +22,15 @@ Also the parsers other connection types share: a JSON-object extra, the list of 
 
 from __future__ import annotations
 
-import difflib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from torchx_airflow.exceptions import TorchXConfigError, TorchXConnectionError
-from torchx_airflow.pricing import PriceTable
 from torchx_airflow.schedulers.env import parse_env_passthrough
+from torchx_airflow.settings.extras import check_extra_keys, parse_bool, parse_json_object
+from torchx_airflow.settings.prices import PriceTable
 
 DEFAULT_SCHEDULER = "local_cwd"
 CONN_EXAMPLE = 'AIRFLOW_CONN_{id}=\'{{"conn_type": "torchx", "extra": {{"scheduler": "local_cwd"}}}}\''
@@ -75,13 +75,13 @@ class TorchXConnectionSettings:
             outage_timeout=_parse_outage_timeout(conn_id, get("outage_timeout")),
             infrastructure_retries=_parse_infrastructure_retries(conn_id, get("infrastructure_retries")),
             prices=PriceTable.from_extra(conn_id, get("prices")),
-            cache=_parse_bool(conn_id, "cache", get("cache")),
+            cache=parse_bool(conn_id, "cache", get("cache")),
             cache_ttl=_parse_cache_ttl(conn_id, get("cache_ttl")),
         )
 
 
 def _parse_infrastructure_retries(conn_id: str, value: Any) -> int | None:
-    from torchx_airflow.resubmission import check_infrastructure_retries
+    from torchx_airflow.settings.checks import check_infrastructure_retries
 
     try:
         return check_infrastructure_retries(value, f"Connection {conn_id!r}")
@@ -89,22 +89,8 @@ def _parse_infrastructure_retries(conn_id: str, value: Any) -> int | None:
         raise TorchXConnectionError(f"{e} Set extra 'infrastructure_retries' to e.g. 3.") from None
 
 
-def _parse_bool(conn_id: str, key: str, value: Any) -> bool:
-    """A boolean extra: JSON true/false, or the text "true"/"false" the connection form may store."""
-    if value is None:
-        return False
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    if not isinstance(value, bool):
-        raise TorchXConnectionError(
-            f"Connection {conn_id!r}: extra {key!r} must be true or false, got {value!r}. "
-            f'Write it as JSON, e.g. {{"{key}": true}}.'
-        )
-    return value
-
-
 def _parse_cache_ttl(conn_id: str, value: Any) -> float | None:
-    from torchx_airflow.cache import check_ttl
+    from torchx_airflow.settings.checks import check_ttl
 
     try:
         return check_ttl(value, f"Connection {conn_id!r}")
@@ -116,7 +102,7 @@ def _parse_cache_ttl(conn_id: str, value: Any) -> float | None:
 
 
 def _parse_outage_timeout(conn_id: str, value: Any) -> float | None:
-    from torchx_airflow.retry import check_outage_timeout
+    from torchx_airflow.settings.checks import check_outage_timeout
 
     try:
         return check_outage_timeout(value, f"Connection {conn_id!r}")
@@ -124,50 +110,6 @@ def _parse_outage_timeout(conn_id: str, value: Any) -> float | None:
         raise
     except Exception as e:  # TorchXConfigError: a connection's is a connection error
         raise TorchXConnectionError(f"{e} Set extra 'outage_timeout' to a number, e.g. 1800.") from None
-
-
-def check_extra_keys(conn_id: str, conn_type: str, extra: Mapping[str, Any], known: Iterable[str]) -> None:
-    """Refuse an extra key the connection type does not have (a typo would silently mean a default).
-
-    Keys as the connection form stores them (``extra__<conn_type>__<key>``) are accepted too.
-    """
-    known = list(known)
-    for key in extra:
-        if str(key).removeprefix(f"extra__{conn_type}__") not in known:
-            close = difflib.get_close_matches(str(key), known, n=1)
-            hint = f"Did you mean {close[0]!r}? " if close else ""
-            raise TorchXConnectionError(
-                f"Connection {conn_id!r}: extra {key!r} is not a field of a {conn_type!r} connection. "
-                f"{hint}Its fields are {', '.join(map(repr, known))}; rename or remove {key!r}."
-            )
-
-
-def parse_json_object(
-    conn_id: str, key: str, value: Any, example: str = '{"partition": "gpu"}', show_value: bool = True
-) -> dict[str, Any]:
-    """A connection extra that holds a JSON object (a dict, or its JSON text); ``{}`` when empty.
-
-    The error names the connection, the key and an example; ``show_value=False`` keeps the value
-    (which may hold credentials) out of it.
-    """
-    if value is None or value == "":
-        return {}
-    shown = f": {value!r}" if show_value else ""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as e:
-            reason = f" ({e})" if show_value else ""  # the decoder's message quotes the text
-            raise TorchXConnectionError(
-                f"Connection {conn_id!r}: extra {key!r} is not valid JSON{reason}{shown}. "
-                f"Write it as a JSON object, e.g. {example}."
-            ) from (e if show_value else None)  # the decoder's error holds the text it read
-    if not isinstance(value, dict):
-        raise TorchXConnectionError(
-            f"Connection {conn_id!r}: extra {key!r} must be a JSON object, got a {type(value).__name__}"
-            f"{shown}. Write it as e.g. {example}."
-        )
-    return value
 
 
 _TRACKERS_EXAMPLE = '["torchx_fsspec_default", "mlflow_default"] or "torchx_fsspec_default,mlflow_default"'

@@ -26,52 +26,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from torchx_airflow.exceptions import TorchXConfigError
+from torchx_airflow.run.execution import NEW, RESUBMITTED
+from torchx_airflow.run.points import NextAttempt as NextJob
+from torchx_airflow.run.points import RunPolicy
+from torchx_airflow.run.state import ATTEMPTS_KEY
 
 if TYPE_CHECKING:
     from torchx.specs import AppDef
     from torchx.tracker.api import TrackerBase
 
-#: task_state_store key: the attempts of the task's current job, oldest first.
-ATTEMPTS_KEY = "torchx_attempts"
+    from torchx_airflow.run.execution import TaskRun
+
 RESUME_FROM_ENV = "TORCHX_AIRFLOW_RESUME_FROM"
 ATTEMPT_ENV = "TORCHX_AIRFLOW_ATTEMPT"
-DEFAULT_INFRASTRUCTURE_RETRIES = 3
-
-
-def check_infrastructure_retries(value: Any, where: str) -> int | None:
-    """``value`` as a count of resubmissions (None stays None: the next level decides)."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().isdigit():
-        raise TorchXConfigError(
-            f"{where}: infrastructure_retries must be a whole number of resubmissions (0 or more), got "
-            f"{value!r}. Give e.g. 3 (resubmit a job its nodes failed or a preemption ended up to 3 "
-            f"times), 0 to never resubmit, or leave it unset for [torchx] infrastructure_retries "
-            f"({DEFAULT_INFRASTRUCTURE_RETRIES} by default)."
-        )
-    return int(str(value).strip())
-
-
-def resolve_infrastructure_retries(task_value: int | None, connection_value: int | None) -> int:
-    """The task's budget, else the connection's, else the site's ``[torchx] infrastructure_retries``."""
-    for value in (task_value, connection_value):
-        if value is not None:
-            return int(value)
-    from airflow.sdk.configuration import conf
-
-    configured = conf.get("torchx", "infrastructure_retries", fallback=None)
-    checked = check_infrastructure_retries(configured, "[torchx] infrastructure_retries")
-    return DEFAULT_INFRASTRUCTURE_RETRIES if checked is None else checked
-
-
-def check_checkpoint_artifact(name: Any, where: str) -> str:
-    if not isinstance(name, str) or not name.strip():
-        raise TorchXConfigError(
-            f"{where}: checkpoint_artifact must be the name of an artifact the app records with "
-            f"AppRun.add_artifact(name, path), got {name!r}. Give e.g. 'checkpoint' (the default)."
-        )
-    return name
 
 
 class Attempts:
@@ -200,7 +167,7 @@ def with_resume_env(app: AppDef, attempt: int, resume_from: str | None) -> AppDe
 
 
 @dataclass(frozen=True)
-class NextAttempt:
+class ChosenAttempt:
     """What the next job of a chain gets: its number, the checkpoint it resumes from, and why."""
 
     number: int
@@ -237,7 +204,7 @@ class Resubmission:
         self.tracker_store = tracker_store
         self.log = task_log
 
-    def next_attempt(self, app_handle: str, state: str, reason: str) -> NextAttempt | None:
+    def next_attempt(self, app_handle: str, state: str, reason: str) -> ChosenAttempt | None:
         """Record that the infrastructure ended ``app_handle``; the next attempt, or None when the
         budget is used up (the task then fails with this job's state)."""
         ended = self.attempts.ended(app_handle, state, reason)
@@ -277,20 +244,119 @@ class Resubmission:
             if resume_from
             else f"from the start: it recorded no {self.checkpoint_artifact!r} artifact",
         )
-        return NextAttempt(number, resume_from, reason, self.checkpoint_artifact)
+        return ChosenAttempt(number, resume_from, reason, self.checkpoint_artifact)
 
-    def link(
-        self, stores: Iterable[TrackerBase], new_handle: str, previous: str, attempt: NextAttempt
-    ) -> None:
+    def link(self, stores: Iterable[TrackerBase], new_handle: str, previous: str, attempt: NextJob) -> None:
         """Lineage: the new job's run has the ended one as its source (through its checkpoint when
         it resumes from one). A store that fails costs a warning, never the running job."""
-        from torchx_airflow.dag_lineage import record_attempt
+        from torchx_airflow.lineage.edges import record_attempt
         from torchx_airflow.retry import call_within
 
-        artifact = attempt.checkpoint_artifact if attempt.resume_from else None
+        artifact = attempt.details.get("checkpoint_artifact") if attempt.details.get("resume_from") else None
 
         def record() -> None:
             for store in stores:
                 record_attempt(store, new_handle, attempt.number, previous, attempt.reason, artifact)
 
         call_within(self.tracker_timeout, f"Recording the attempts of {new_handle}", record)
+
+
+class ResubmissionPolicy(RunPolicy):
+    """Resubmit a job the infrastructure ended, in the same try, resuming from its checkpoint.
+
+    :param infrastructure_retries: the task's budget; None: the connection's, else ``[torchx]``.
+    :param checkpoint_artifact: the artifact whose path the next attempt resumes from.
+    """
+
+    def __init__(self, infrastructure_retries: int | None, checkpoint_artifact: str) -> None:
+        self.infrastructure_retries = infrastructure_retries
+        self.checkpoint_artifact = checkpoint_artifact
+        self._of: Resubmission | None = None
+        self._pending: tuple[str, NextJob] | None = None  # (ended handle, its next attempt)
+
+    def state(self, run: TaskRun) -> Resubmission:
+        """This execution's budget and attempts (made once)."""
+        if self._of is None:
+            from torchx_airflow.settings.resolve import resolve
+
+            budget = int(
+                resolve(
+                    "infrastructure_retries",
+                    self.infrastructure_retries,
+                    run.hook.settings.infrastructure_retries,
+                )
+            )
+            if run.store is None and run.waits_in_triggerer and budget:
+                run.log.warning(
+                    "Task %s waits in the triggerer without a task_state_store (durable=False): the "
+                    "attempts of a resubmitted job would not outlive the deferral, so jobs the "
+                    "infrastructure ends are not resubmitted (infrastructure_retries=%d is ignored)",
+                    run.task_id,
+                    budget,
+                )
+                budget = 0
+            first_store = run.trackers.stores[0] if run.trackers else None
+            self._of = Resubmission(
+                run.store, budget, self.checkpoint_artifact, first_store, run.log, run.tracker_timeout
+            )
+        return self._of
+
+    def resubmits(self, run: TaskRun) -> bool:
+        return self.state(run).budget > 0
+
+    def before_submit(self, run: TaskRun, app: AppDef) -> None:
+        if run.submission == NEW:  # an earlier try's chain must not count against this job
+            self.state(run).attempts.reset()
+
+    def submitted(self, run: TaskRun, app_handle: str) -> None:
+        resubmission = self.state(run)
+        if run.submission == NEW:
+            resubmission.attempts.started(app_handle)
+        elif run.submission == RESUBMITTED and self._pending is not None:
+            previous, attempt = self._pending
+            resume_from = attempt.details.get("resume_from")
+            resubmission.attempts.started(app_handle, resume_from)
+            stores = run.trackers.stores if run.trackers else ()
+            resubmission.link(stores, app_handle, previous, attempt)
+            self._pending = None
+
+    def ended(self, run: TaskRun, app_handle: str, state: str, msg: str) -> NextJob | None:
+        attempt = self._next_attempt(run, app_handle, state, msg)
+        if attempt is None:
+            run.result_fields["attempts"] = self.state(run).attempts.summary(app_handle, state)
+        return attempt
+
+    def _next_attempt(self, run: TaskRun, app_handle: str, state: str, msg: str) -> NextJob | None:
+        if state == "SUCCEEDED":
+            return None
+        reason = run.hook.infrastructure_reason(app_handle, state, msg)
+        if reason is None:
+            return None
+        if run.deadline is not None and run.deadline <= time.time():
+            run.log.error(
+                "TorchX app %s ended %s (%s) past the task's execution_timeout: not resubmitting",
+                app_handle,
+                state,
+                reason,
+            )
+            return None
+        resubmission = self.state(run)
+        chosen = resubmission.next_attempt(app_handle, state, reason)
+        if chosen is None:
+            return None
+        # what the ended job used (and cost) stays with its attempt: the result's usage is the last job's
+        used = {k: run.result_fields[k] for k in ("usage", "cost") if k in run.result_fields}
+        resubmission.attempts.annotate(app_handle, **used)
+        attempt = NextJob(
+            app=with_resume_env(run.app, chosen.number, chosen.resume_from),
+            number=chosen.number,
+            reason=reason,
+            details={"resume_from": chosen.resume_from, "checkpoint_artifact": chosen.checkpoint_artifact},
+        )
+        self._pending = (app_handle, attempt)
+        return attempt
+
+    def finished(self, run: TaskRun, app_handle: str, result: dict[str, Any]) -> dict[str, Any]:
+        if "attempts" not in result:  # a task that does not wait: the job is not terminal yet
+            result["attempts"] = self.state(run).attempts.summary(app_handle, result.get("state"))
+        return result

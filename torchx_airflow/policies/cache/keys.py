@@ -40,22 +40,18 @@ import json
 import re
 import time
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
-
-from torchx_airflow.exceptions import TorchXConfigError
 
 if TYPE_CHECKING:
     from torchx.specs import AppDef
     from torchx.tracker.api import TrackerBase
 
 KEY_VERSION = 1
-DEFAULT_TTL = timedelta(days=30).total_seconds()
+
 #: What an ignored argument's value becomes in the app the key is computed from.
 IGNORED = "<cache_ignore_args>"
 #: task_state_store (and XCom) key of the cache key of the task's submission.
-STATE_KEY = "torchx_cache_key"
 # PBKDF2 rounds for secret values in a key: the key is stored, and a guess costs this many hashes
 SECRET_ROUNDS = 100_000
 _GLOB = re.compile(r"[*?\[]")
@@ -63,40 +59,6 @@ _NUMBER = re.compile(r"^-\d")
 
 
 # parameters
-
-
-def check_ignore_args(value: Any, where: str) -> tuple[str, ...]:
-    """``cache_ignore_args`` as a tuple of non-empty strings; anything else is refused.
-
-    >>> check_ignore_args(["--out", "/tmp/run-*"], "Task 't'")
-    ('--out', '/tmp/run-*')
-    """
-    if value is None:
-        return ()
-    if (
-        isinstance(value, str)
-        or not isinstance(value, Sequence)
-        or not all(isinstance(v, str) and v.strip() for v in value)
-    ):
-        raise TorchXConfigError(
-            f"{where}: cache_ignore_args must be a list of option names or patterns, got {value!r}. "
-            'Write it as e.g. ["--out", "--log-level", "/tmp/run-*"]: an option name ignores its value, '
-            "anything else is an fnmatch pattern matched against whole arguments."
-        )
-    return tuple(v.strip() for v in value)
-
-
-def check_ttl(value: Any, where: str) -> float | None:
-    """``cache_ttl`` in seconds (a number or a ``timedelta``); None keeps the default."""
-    if value is None:
-        return None
-    seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
-        raise TorchXConfigError(
-            f"{where}: cache_ttl must be a positive number of seconds or a timedelta, got {value!r}. "
-            "Write it as e.g. cache_ttl=timedelta(days=7) or cache_ttl=604800."
-        )
-    return float(seconds)
 
 
 def _is_option_rule(rule: str) -> bool:
@@ -216,7 +178,7 @@ def key_of(inputs: Mapping[str, Any]) -> str:
 
 def file_inputs(app: AppDef) -> dict[str, Any]:
     """Path -> fingerprint of the local files ``app`` names; ``FingerprintError`` if one is unreadable."""
-    from torchx_airflow.fingerprints import fingerprint, named_files
+    from torchx_airflow.policies.cache.fingerprints import fingerprint, named_files
 
     return {path: fingerprint(path) for path in named_files(app)}
 
@@ -224,7 +186,7 @@ def file_inputs(app: AppDef) -> dict[str, Any]:
 def parent_inputs(store: TrackerBase, parents: Sequence[str]) -> list[dict[str, Any]]:
     """``{"path", "fingerprint"}`` of every artifact of every parent in ``store``; raises
     ``FingerprintError`` for one that cannot be read."""
-    from torchx_airflow.fingerprints import fingerprint
+    from torchx_airflow.policies.cache.fingerprints import fingerprint
     from torchx_airflow.secrets import strip_userinfo
 
     paths = {str(a.path) for parent in parents for a in store.artifacts(parent).values() if a.path}
@@ -240,7 +202,7 @@ def new_record(
     """The record of a run that SUCCEEDED: its result, when it expires, what its outputs hold now
     (a fingerprint per artifact path; None for one this process cannot read, not checked later)."""
     from torchx_airflow.apps import json_safe
-    from torchx_airflow.fingerprints import FingerprintError, fingerprint
+    from torchx_airflow.policies.cache.fingerprints import FingerprintError, fingerprint
 
     outputs: dict[str, Any] = {}
     for artifact in (result.get("artifacts") or {}).values():
@@ -265,7 +227,7 @@ def new_record(
 
 def usable(record: Any, key: str, now: float | None = None) -> str | None:
     """Why ``record`` cannot be used for ``key`` (not one, expired, outputs changed), or None."""
-    from torchx_airflow.fingerprints import FingerprintError, fingerprint
+    from torchx_airflow.policies.cache.fingerprints import FingerprintError, fingerprint
 
     if not isinstance(record, dict) or record.get("key") != key or record.get("version") != KEY_VERSION:
         return "not a record of this key"

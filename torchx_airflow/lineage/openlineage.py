@@ -10,7 +10,7 @@ store): nothing here knows the operator. Each returns an ``OperatorLineage`` wit
 - run facets ``torchx_run`` (app handle, final state, message, structured error, tracker sources,
   every attempt of a job the infrastructure ended, and ``cachedFrom`` for a cache hit),
   ``torchx_usage`` (what the run used by its scheduler's accounting, and its cost with a price
-  table: :mod:`torchx_airflow.usage`) and the standard ``externalQuery`` (the handle, so backends
+  table: ``policies.cost.usage``) and the standard ``externalQuery`` (the handle, so backends
   link to the scheduler's job);
 - datasets: one per TorchX run, namespace ``torchx://<scheduler>``, name ``<session>/<app_id>``, an
   output of its own task and an input of every child task; each tracker artifact, named by the
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from torchx.specs import AppDef, AppStatus
     from torchx.tracker.api import TrackerBase
 
-    from torchx_airflow.hooks.torchx import TorchXHook
 
 log = logging.getLogger(__name__)
 
@@ -330,14 +329,14 @@ def run_outcome(
     app_handle: str | None,
     result: Mapping[str, Any] | None,
     status: AppStatus | None,
-    hook: TorchXHook | None,
+    hook: Any,
     app: AppDef | None,
     store: TrackerBase | None,
 ) -> dict[str, Any]:
     """The run's summary and tracker results: the task's ``result`` if it has one, else the status
     (asked of ``hook`` when not yet terminal) and the tracker ``store``'s results of the run."""
     from torchx_airflow.apps import summarize_status
-    from torchx_airflow.results import run_results
+    from torchx_airflow.lineage.records import run_results
 
     if result is not None or not app_handle:
         return dict(result or {})
@@ -364,7 +363,7 @@ def lineage_parents(
 
     if not conf.execute_in_thread():
         return []  # untracked, and a forked child cannot ask Airflow for the upstream XComs
-    from torchx_airflow.dag_lineage import parent_runs
+    from torchx_airflow.lineage.edges import parent_runs
 
     try:
         return parent_runs({"ti": task_instance, "task": task})
@@ -380,7 +379,7 @@ def _consumed(
     values name, and each one's (artifact name, parent run)."""
     if not parents or store is None or app is None:
         return [], {}
-    from torchx_airflow.results import run_results
+    from torchx_airflow.lineage.records import run_results
 
     artifacts = {
         f"{parent}/{name}": {**artifact, "run": parent}
@@ -455,3 +454,24 @@ def parent_run_env(context: Context | None = None) -> dict[str, str]:
     except Exception as e:
         log.warning("No OpenLineage parent run for the job: %s: %s", type(e).__name__, e)
         return {}
+
+
+def execution_lineage(
+    app: AppDef,
+    scheduler: str | None,
+    hook: Any,
+    store: TrackerBase | None,
+    ran: tuple[str | None, Mapping[str, Any] | None, AppStatus | None, Mapping[str, Any]],
+    task_instance: Any,
+    task: Any,
+    produced: bool,
+) -> OperatorLineage:
+    """A task execution's end as OpenLineage: ``ran`` is ``(app handle, result, last status, the
+    fields policies added when the app ended)``; a failed app has no result, so its attempts and
+    usage come from those fields."""
+    handle, result, status, fields = ran
+    outcome = run_outcome(handle, result, status, hook, app, store)
+    for key, value in fields.items() if handle else ():
+        outcome.setdefault(key, value)
+    parents = lineage_parents(outcome, store, task_instance, task)
+    return lineage_on_end(app, scheduler, outcome, parents, store, produced)

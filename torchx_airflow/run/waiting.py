@@ -22,31 +22,43 @@ if TYPE_CHECKING:
     from torchx_airflow.retry import StatusOutage
 
 
-def check_waitable(hook: TorchXHook, wait_for_completion: bool, deferrable: bool, task_log: Any) -> bool:
-    """Whether the task may wait in the triggerer (``deferrable``), for its connection's scheduler.
+def waits_in_triggerer(
+    hook: TorchXHook, scheduler: str, deferrable: bool, launched_here: bool, task_log: Any
+) -> bool:
+    """Where a wait on an app of ``scheduler`` happens: the triggerer (True) or the worker (False).
 
-    Apps of a scheduler that runs them as the launcher's child processes (local_cwd, local_docker)
-    end with the launching task: such a task cannot leave them (``wait_for_completion=False`` is an
-    error), and waits in the worker even when ``deferrable`` (with a warning), so one DAG runs on
-    either kind of scheduler.
+    The one rule for the operator and the sensor. Apps of a scheduler whose apps outlive the
+    launching process (slurm, kubernetes, ...) wait where the author asked (``deferrable``). Apps of
+    a scheduler that runs them as the launcher's child processes (local_cwd, local_docker) are
+    visible only from that process: the task that launched them waits in the worker (with a
+    warning when ``deferrable``), so one DAG runs on either kind; any other task cannot wait on them
+    in the triggerer (``TorchXConfigError``).
     """
-    scheduler = hook.scheduler
-    if hook.apps_outlive_launcher(scheduler):
+    if hook.apps_outlive_launcher(scheduler) or not deferrable:
         return deferrable
-    if not wait_for_completion:
+    if not launched_here:
+        raise TorchXConfigError(
+            f"deferrable=True cannot wait on an app of scheduler {scheduler!r}: its apps are only visible "
+            "from the process that launched them. Wait in the launching TorchXOperator "
+            "(wait_for_completion=True)."
+        )
+    task_log.warning(
+        "deferrable=True, but scheduler %s runs apps as child processes of this worker, which the "
+        "triggerer cannot see: waiting in the worker instead. Use a scheduler with its own state "
+        "(slurm, kubernetes, ...) to wait in the triggerer.",
+        scheduler,
+    )
+    return False
+
+
+def check_leavable(hook: TorchXHook, scheduler: str, wait_for_completion: bool) -> None:
+    """A task may return without waiting only on a scheduler whose apps outlive it."""
+    if not wait_for_completion and not hook.apps_outlive_launcher(scheduler):
         raise TorchXConfigError(
             f"wait_for_completion=False cannot be used with scheduler {scheduler!r}: its apps "
             "live in the launching task's process and end with it. Keep wait_for_completion=True, or "
             "use a scheduler with its own state (slurm, kubernetes, ...) to wait from another task."
         )
-    if deferrable:
-        task_log.warning(
-            "deferrable=True, but scheduler %s runs apps as child processes of this worker, which the "
-            "triggerer cannot see: waiting in the worker instead. Use a scheduler with its own state "
-            "(slurm, kubernetes, ...) to wait in the triggerer.",
-            scheduler,
-        )
-    return False
 
 
 class WorkerWait:
@@ -89,7 +101,7 @@ class WorkerWait:
         Raises ``TorchXAppLostError`` when the scheduler says it does not know the app, and
         ``TorchXSchedulerOutageError`` when it gave no answer for ``outage_timeout`` seconds.
         """
-        from torchx_airflow.logs import AppLogStreamer
+        from torchx_airflow.run.logs import AppLogStreamer
 
         with AppLogStreamer(
             self.hook, app_handle, replicas, self.task_log, enabled=self.stream_logs

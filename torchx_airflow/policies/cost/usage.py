@@ -9,7 +9,7 @@ with a ``reason``), and, when known, ``elapsed_s``, ``cpu_time_s``, ``totals`` (
 total counts). A usage read that fails is a warning and ``source: "unavailable"``, never a failed
 task.
 
-With a price table on the connection (``torchx_airflow.pricing``), ``before_submit`` estimates the
+With a price table on the connection (``policies.cost.pricing``), ``before_submit`` estimates the
 cost from the dry run's requested resources x the task's ``expected_duration`` or, without one, the
 elapsed time of the task's last successful run (the ``usage`` in the result XCom of the previous
 successful task instance, as Airflow records it: same DAG, task and map index), and refuses to
@@ -28,31 +28,29 @@ from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.apps import json_safe
 from torchx_airflow.exceptions import TorchXConfigError
-from torchx_airflow.pricing import (
+from torchx_airflow.lineage.keys import COST_KEY, USAGE_KEY
+from torchx_airflow.policies.cost.pricing import (
     CostEstimate,
-    PriceTable,
     actual_cost,
     check_max_cost,
     estimate_cost,
-    format_amount,
     requested_resources,
     resource_hours,
 )
+from torchx_airflow.run.state import SUBMITTED_KEY
+from torchx_airflow.settings.prices import PriceTable, format_amount
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
     from torchx.specs import AppDef
 
     from torchx_airflow.hooks.torchx import TorchXHook
-    from torchx_airflow.trackers import TrackerSet
+    from torchx_airflow.lineage.stores import TrackerSet
 
 log = logging.getLogger(__name__)
 
 #: Tracker metadata keys of a run's usage and cost.
-USAGE_KEY = "torchx_usage"
-COST_KEY = "torchx_cost"
 #: ``task_state_store`` key: when the app was submitted (``{app_handle, at}``), for ``requested``.
-SUBMITTED_KEY = "torchx_submitted"
 REQUESTED_BASIS = {
     "cpu": "requested CPUs x elapsed",
     "gpu": "requested GPUs x elapsed",
@@ -132,7 +130,7 @@ def record_usage(
 ) -> None:
     """Write the run's usage (and cost) to every tracker store as metadata ``torchx_usage`` (and
     ``torchx_cost``); a store that keeps failing is a warning (``dag_lineage.record_run``'s policy)."""
-    from torchx_airflow.dag_lineage import record_run
+    from torchx_airflow.lineage.edges import record_run
 
     metadata: dict[str, Any] = {USAGE_KEY: dict(usage)}
     if cost is not None:
@@ -171,6 +169,8 @@ class RunAccounting:
     :param max_cost: refuse to submit when the estimate is over it (needs a price table).
     :param expected_duration: seconds the app is expected to run, for the estimate.
     :param task_log: the task's logger.
+    :param store: the task's state store (``run.state``), where a scheduler without accounting
+        keeps the submission time; None keeps it in memory only.
     """
 
     def __init__(
@@ -180,8 +180,10 @@ class RunAccounting:
         max_cost: float | None,
         expected_duration: float | None,
         task_log: Any = log,
+        store: Any = None,
     ) -> None:
         self.hook = hook
+        self.store = store
         self.task_id = task_id
         self.max_cost = max_cost
         self.expected_duration = expected_duration
@@ -249,7 +251,7 @@ class RunAccounting:
         from torchx_airflow.apps import scheduler_of
 
         self.submitted_at = time.time()
-        store = context.get("task_state_store")
+        store = self.store
         if store is None or self.hook.accounts_usage(scheduler_of(app_handle)):
             return
         try:
@@ -260,7 +262,7 @@ class RunAccounting:
     def _submitted_at(self, app_handle: str, context: Context) -> float | None:
         if self.submitted_at is not None:
             return self.submitted_at
-        store = context.get("task_state_store")
+        store = self.store
         try:
             kept = store.get(SUBMITTED_KEY) if store is not None else None
         except Exception:

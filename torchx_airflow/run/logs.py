@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from torchx_airflow.log_files import log_cursor_key
+from torchx_airflow.schedulers.log_files import log_cursor_key
 from torchx_airflow.secrets import redact_text
 
 if TYPE_CHECKING:

@@ -21,29 +21,30 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from torchx_airflow.lineage.keys import (
+    ATTEMPT_KEY,
+    ENDED_BY_KEY,
+    METADATA_PREFIX,
+    XCOM_RUN_ID,
+)
+
 if TYPE_CHECKING:
     from airflow.sdk import Context
     from torchx.specs import AppDef
     from torchx.tracker.api import TrackerBase
 
-    from torchx_airflow.trackers import TrackerSet
+    from torchx_airflow.lineage.stores import TrackerSet
 
 log = logging.getLogger(__name__)
 
-XCOM_RUN_ID = "torchx_run_id"
 SUCCESS = "success"
-METADATA_PREFIX = "airflow_"
 #: The Airflow identity recorded on every run, as tracker metadata keys (what the lineage view reads).
 AIRFLOW_IDENTITY_KEYS = {
     name: f"{METADATA_PREFIX}{name}" for name in ("dag_id", "run_id", "task_id", "map_index")
 }
-#: Recorded on the jobs of a task that resubmitted one (``torchx_airflow.resubmission``): which
+#: Recorded on the jobs of a task that resubmitted one (``torchx_airflow.policies.resubmission``): which
 #: attempt a run is, and on an ended one, the infrastructure's reason (``NODE_FAIL``).
-ATTEMPT_KEY = f"{METADATA_PREFIX}attempt"
-ENDED_BY_KEY = f"{METADATA_PREFIX}attempt_ended_by"
-#: Metadata of a cache hit's run (``torchx_airflow.caching``): the earlier run it returned, the key.
-CACHED_FROM_KEY = f"{METADATA_PREFIX}cached_from"
-CACHE_KEY_KEY = f"{METADATA_PREFIX}cache_key"
+#: Metadata of a cache hit's run (``policies.cache.policy``): the earlier run it returned, the key.
 
 
 def airflow_metadata(context: Context) -> dict[str, Any]:
@@ -222,7 +223,7 @@ def record_task_run(
     """
     if not trackers:
         return
-    from torchx_airflow.links.torchx import XCOM_TRACKER_URL
+    from torchx_airflow.lineage.keys import XCOM_TRACKER_URL
     from torchx_airflow.retry import call_within
 
     try:  # asks Airflow for upstream states and XComs: an API error must not fail a running app's task

@@ -1,0 +1,1 @@
+"""What a run records and where: stores, DAG edges, XCom and metadata keys, assets, OpenLineage events."""

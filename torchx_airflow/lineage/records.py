@@ -1,0 +1,35 @@
+"""What a run recorded in a tracker store (metadata, artifacts, sources), read back as JSON-safe values."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from torchx_airflow.apps import json_safe
+from torchx_airflow.secrets import strip_userinfo
+
+if TYPE_CHECKING:
+    from torchx.tracker.api import TrackerBase
+
+log = logging.getLogger(__name__)
+
+NO_RESULTS: dict[str, Any] = {"metadata": {}, "artifacts": {}, "sources": []}
+
+
+def run_results(store: TrackerBase, run_id: str) -> dict[str, Any]:
+    """The run's metadata, artifacts and sources from ``store``, JSON-safe, for XCom.
+
+    The job writes the paths: a URL's user info (``https://bob:pw@host/x``) is taken out of every
+    artifact path and source id, since XComs, asset events and lineage are read by people.
+    """
+    try:
+        metadata = dict(store.metadata(run_id))
+        artifacts = {
+            name: {"name": a.name, "path": strip_userinfo(str(a.path)), "metadata": dict(a.metadata or {})}
+            for name, a in store.artifacts(run_id).items()
+        }
+        sources = sorted({strip_userinfo(s.source_run_id) for s in store.sources(run_id)})
+    except Exception as e:
+        log.warning("Could not read the results of %s from %r: %s: %s", run_id, store, type(e).__name__, e)
+        return {key: type(value)() for key, value in NO_RESULTS.items()}
+    return json_safe({"metadata": metadata, "artifacts": artifacts, "sources": sources})

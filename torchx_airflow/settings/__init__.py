@@ -1,0 +1,1 @@
+"""Every knob of the provider: ``[torchx]`` options, connection settings, the resolver, and their checks."""

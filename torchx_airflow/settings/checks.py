@@ -1,0 +1,168 @@
+"""Every check of a setting's value, wherever it is given: a task parameter, a connection extra, ``[torchx]``.
+
+Each check takes the value and where it was given (``"Task 'train'"``, ``"Connection 'x'"``,
+``"[torchx] outage_timeout"``), returns it normalised, and raises ``TorchXConfigError`` naming the
+value and the fix. None (unset) stays None: the next level of the resolver decides
+(``settings.resolve``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from torchx_airflow.exceptions import TorchXConfigError
+
+#: Defaults of the settings the checks below mention in their messages (``settings.options`` has all).
+DEFAULT_OUTAGE_TIMEOUT = 600.0
+DEFAULT_INFRASTRUCTURE_RETRIES = 3
+
+
+def check_positive_seconds(value: Any, name: str, where: str) -> float | None:
+    """``value`` as a positive number of seconds."""
+    if value is None or value == "":
+        return None
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = -1.0
+    if isinstance(value, bool) or not seconds > 0:
+        raise TorchXConfigError(f"{where}: {name} must be a positive number of seconds, got {value!r}.")
+    return value if isinstance(value, int | float) else seconds
+
+
+def check_non_negative_seconds(value: Any, where: str) -> float | None:
+    """``value`` as seconds, 0 or more (a negative number counts as 0)."""
+    if value is None or value == "":
+        return None
+    try:
+        return max(0.0, float(value))
+    except (TypeError, ValueError):
+        raise TorchXConfigError(f"{where} must be a number of seconds (0 or more), got {value!r}.") from None
+
+
+def check_count(value: Any, name: str, where: str) -> int | None:
+    """``value`` as a whole number, 0 or more."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().isdigit():
+        raise TorchXConfigError(f"{where}: {name} must be 0 or more, got {value!r}.")
+    return int(str(value).strip())
+
+
+def check_outage_timeout(value: Any, where: str) -> float | None:
+    """``value`` as seconds (None stays None: the next level decides); raises ``TorchXConfigError``."""
+
+    if value is None or value == "":
+        return None
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = -1.0
+    if not seconds > 0:
+        raise TorchXConfigError(
+            f"{where}: outage_timeout must be a positive number of seconds, got {value!r}. "
+            f"Give e.g. 1800 (wait out a scheduler outage of up to 30 minutes), or leave it unset "
+            f"for [torchx] outage_timeout ({DEFAULT_OUTAGE_TIMEOUT:.0f} s by default)."
+        )
+    return seconds
+
+
+def check_infrastructure_retries(value: Any, where: str) -> int | None:
+    """``value`` as a count of resubmissions (None stays None: the next level decides)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().isdigit():
+        raise TorchXConfigError(
+            f"{where}: infrastructure_retries must be a whole number of resubmissions (0 or more), got "
+            f"{value!r}. Give e.g. 3 (resubmit a job its nodes failed or a preemption ended up to 3 "
+            f"times), 0 to never resubmit, or leave it unset for [torchx] infrastructure_retries "
+            f"({DEFAULT_INFRASTRUCTURE_RETRIES} by default)."
+        )
+    return int(str(value).strip())
+
+
+def check_checkpoint_artifact(name: Any, where: str) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise TorchXConfigError(
+            f"{where}: checkpoint_artifact must be the name of an artifact the app records with "
+            f"AppRun.add_artifact(name, path), got {name!r}. Give e.g. 'checkpoint' (the default)."
+        )
+    return name
+
+
+def check_ignore_args(value: Any, where: str) -> tuple[str, ...]:
+    """``cache_ignore_args`` as a tuple of non-empty strings; anything else is refused.
+
+    >>> check_ignore_args(["--out", "/tmp/run-*"], "Task 't'")
+    ('--out', '/tmp/run-*')
+    """
+    if value is None:
+        return ()
+    if (
+        isinstance(value, str)
+        or not isinstance(value, Sequence)
+        or not all(isinstance(v, str) and v.strip() for v in value)
+    ):
+        raise TorchXConfigError(
+            f"{where}: cache_ignore_args must be a list of option names or patterns, got {value!r}. "
+            'Write it as e.g. ["--out", "--log-level", "/tmp/run-*"]: an option name ignores its value, '
+            "anything else is an fnmatch pattern matched against whole arguments."
+        )
+    return tuple(v.strip() for v in value)
+
+
+def check_ttl(value: Any, where: str) -> float | None:
+    """``cache_ttl`` in seconds (a number or a ``timedelta``); None keeps the default."""
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
+        raise TorchXConfigError(
+            f"{where}: cache_ttl must be a positive number of seconds or a timedelta, got {value!r}. "
+            "Write it as e.g. cache_ttl=timedelta(days=7) or cache_ttl=604800."
+        )
+    return float(seconds)
+
+
+def check_cost_params(
+    task_id: str, expected_duration: timedelta | float | None, max_cost: float | None
+) -> tuple[float | None, float | None]:
+    """A task's ``expected_duration`` in seconds and its ``max_cost``, checked: both positive numbers
+    (``expected_duration`` may be a ``timedelta``) or None. Raises ``TorchXConfigError``."""
+    seconds = (
+        expected_duration.total_seconds() if isinstance(expected_duration, timedelta) else expected_duration
+    )
+    for name, value, example in (
+        ("expected_duration", seconds, "timedelta(hours=2) or 7200"),
+        ("max_cost", max_cost, "25.0"),
+    ):
+        if value is None:
+            continue
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value <= 0
+        ):
+            shown = expected_duration if name == "expected_duration" else value
+            raise TorchXConfigError(
+                f"Task {task_id!r}: {name} must be a positive number, got {shown!r}. Write it as e.g. "
+                f"{name}={example}, or leave it out."
+            )
+    return (float(seconds) if seconds is not None else None), (
+        float(max_cost) if max_cost is not None else None
+    )
+
+
+def check_cache(cache: Any, wait_for_completion: bool, where: str) -> bool | None:
+    """A task's ``cache``: True, False or None (the connection decides); True needs waiting."""
+    if cache and not wait_for_completion:
+        raise TorchXConfigError(
+            f"{where}: cache=True needs wait_for_completion=True: a task that does not wait never sees "
+            "its app succeed, so it could never record a result to reuse. Set wait_for_completion=True, "
+            "or cache=False."
+        )
+    return cache

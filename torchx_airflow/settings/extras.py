@@ -1,0 +1,68 @@
+"""Parsing connection extras: a JSON-object extra, a boolean extra, and the refusal of unknown keys."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from torchx_airflow.exceptions import TorchXConnectionError
+
+
+def parse_bool(conn_id: str, key: str, value: Any) -> bool:
+    """A boolean extra: JSON true/false, or the text "true"/"false" the connection form may store."""
+    if value is None:
+        return False
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    if not isinstance(value, bool):
+        raise TorchXConnectionError(
+            f"Connection {conn_id!r}: extra {key!r} must be true or false, got {value!r}. "
+            f'Write it as JSON, e.g. {{"{key}": true}}.'
+        )
+    return value
+
+
+def check_extra_keys(conn_id: str, conn_type: str, extra: Mapping[str, Any], known: Iterable[str]) -> None:
+    """Refuse an extra key the connection type does not have (a typo would silently mean a default).
+
+    Keys as the connection form stores them (``extra__<conn_type>__<key>``) are accepted too.
+    """
+    known = list(known)
+    for key in extra:
+        if str(key).removeprefix(f"extra__{conn_type}__") not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"Did you mean {close[0]!r}? " if close else ""
+            raise TorchXConnectionError(
+                f"Connection {conn_id!r}: extra {key!r} is not a field of a {conn_type!r} connection. "
+                f"{hint}Its fields are {', '.join(map(repr, known))}; rename or remove {key!r}."
+            )
+
+
+def parse_json_object(
+    conn_id: str, key: str, value: Any, example: str = '{"partition": "gpu"}', show_value: bool = True
+) -> dict[str, Any]:
+    """A connection extra that holds a JSON object (a dict, or its JSON text); ``{}`` when empty.
+
+    The error names the connection, the key and an example; ``show_value=False`` keeps the value
+    (which may hold credentials) out of it.
+    """
+    if value is None or value == "":
+        return {}
+    shown = f": {value!r}" if show_value else ""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            reason = f" ({e})" if show_value else ""  # the decoder's message quotes the text
+            raise TorchXConnectionError(
+                f"Connection {conn_id!r}: extra {key!r} is not valid JSON{reason}{shown}. "
+                f"Write it as a JSON object, e.g. {example}."
+            ) from (e if show_value else None)  # the decoder's error holds the text it read
+    if not isinstance(value, dict):
+        raise TorchXConnectionError(
+            f"Connection {conn_id!r}: extra {key!r} must be a JSON object, got a {type(value).__name__}"
+            f"{shown}. Write it as e.g. {example}."
+        )
+    return value
