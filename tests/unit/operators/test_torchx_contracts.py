@@ -6,7 +6,7 @@ The scheduler is replaced here by ``FakeSchedulerHook`` (tests/unit/fakes.py, a 
 these tests pin what the operator does with the answers. The same paths run against the real Slurm
 cluster in tests/slurm. The trigger's, the sensor's and the durable submission's contracts are in
 tests/unit/triggers/test_trigger_contracts.py, tests/unit/sensors/test_sensor_contracts.py and
-tests/unit/test_durable.py.
+tests/unit/run/test_durable.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """OpenLineage naming, facets and parse-time cost; artifact assets must be outlets. The asset events
-and the other checks of the mapping are in tests/unit/test_assets.py."""
+and the other checks of the mapping are in tests/unit/lineage/test_assets.py."""
 
 from __future__ import annotations
 
