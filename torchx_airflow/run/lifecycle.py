@@ -107,14 +107,14 @@ class RunLifecycle:
         result: ``ShortCutTaken``), persist its handle, and tell the policies (``submitted``)."""
         run = self.run
         run.submission = submission
-        resubmits = run.wait_for_completion and any(p.resubmits(run) for p in self.policies)
-        dryrun, _ = self._dryrun(app, resubmits=resubmits)
         for policy in self.policies:
             short_cut = policy.before_submit(run, app)
             if short_cut is not None:
                 self.result = short_cut.result
                 self.publish(short_cut.app_handle)
                 raise ShortCutTaken(short_cut)
+        resubmits = run.wait_for_completion and any(p.resubmits(run) for p in self.policies)
+        dryrun, _ = self._dryrun(app, resubmits=resubmits)
         run.trackers.check_within(run.tracker_timeout, run.where)
         self._refuse_if_killed(None)
         app_handle = self.durable().submit(dryrun)

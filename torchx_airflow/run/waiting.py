@@ -10,7 +10,8 @@ The polls here are the only status queries of a worker's wait: log readers follo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.exceptions import TorchXAppLostError, TorchXConfigError
@@ -72,8 +73,10 @@ class WorkerWait:
         outage_timeout: float,
         task_log: Any,
         stream_logs: bool = True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.hook = hook
+        self.clock = clock
         self.poll_interval = poll_interval
         self.outage_timeout = outage_timeout
         self.task_log = task_log
@@ -85,7 +88,7 @@ class WorkerWait:
         if self._outage is None or self._outage.what != what:
             from torchx_airflow.retry import StatusOutage
 
-            self._outage = StatusOutage(what, self.outage_timeout, self.task_log)
+            self._outage = StatusOutage(what, self.outage_timeout, self.task_log, clock=self.clock)
         return self._outage
 
     def status(self, app_handle: str) -> AppStatus | None:

@@ -279,3 +279,28 @@ def test_chained_and_windows_free_fsspec_roots(monkeypatch):
     assert TorchXFsspecHook("chained").backend().config["root"] == "simplecache::s3://b/runs"
     _conn(monkeypatch, "mem", conn_type="torchx_fsspec", extra={"root": " memory://runs "})
     assert TorchXFsspecHook("mem").backend().config == {"root": "memory://runs"}
+
+
+def test_a_tracker_secret_is_masked_in_the_encoded_forms_a_log_line_may_hold(monkeypatch):
+    """The task's trackers register each secret with Airflow's masker in every form it can take in
+    text: URL-encoded, and inside longer base64 text (a basic-auth header, a config blob)."""
+    import base64
+    from urllib.parse import quote
+
+    from torchx_airflow.secrets import redact_text
+
+    password = "enc0ded+Pass/word=42"
+    _conn(monkeypatch, "enc_ml", conn_type="mlflow", host="http://127.0.0.1:1", login="bob", password=password)
+    trackers_for(["enc_ml"])
+    header = base64.b64encode(f"bob:{password}".encode()).decode()
+    blob = base64.urlsafe_b64encode(f'{{"x": 1, "password": "{password}"}}'.encode()).decode()
+    for line in (f"url ?p={quote(password, safe='')}", f"Authorization: Basic {header}", f"config {blob}"):
+        shown = redact_text(line)
+        assert "***" in shown, line
+        for token in shown.replace("***", " ").split():
+            for decode in (base64.b64decode, base64.urlsafe_b64decode):
+                try:
+                    decoded = decode(token + "=" * (-len(token) % 4)).decode("utf-8", "replace")
+                except ValueError:
+                    continue
+                assert password not in decoded and password[:8] not in decoded, (line, shown)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,9 @@ from torchx_airflow.run.kills import TaskInstanceKey, kill_verdict, verdict_for_
 KEY = TaskInstanceKey("dag", "run", "train", -1)
 
 
-@pytest.mark.parametrize("state", ["failed", "success", "restarting", None, "removed", "upstream_failed"])
+@pytest.mark.parametrize(
+    "state", ["failed", "success", "skipped", "restarting", None, "removed", "upstream_failed"]
+)
 def test_a_person_or_airflow_ending_the_task_cancels(state):
     assert verdict_for_state(state).cancel
 
@@ -90,3 +93,45 @@ def test_a_guard_leaves_an_app_that_outlives_its_process_and_ends_only_the_wait(
     assert cancelled == []
     guard.on_kill("slurm://torchx/42", cancelled.append, _Log())  # not waiting any more: no raise
     assert cancelled == []
+
+
+class SupervisorChannel:
+    """Stand-in for a task's supervisor channel (no Airflow API server in the fast tier): answers
+    ``GetTaskStates`` as the API server does, the asked runs' states keyed by task id (and map index)."""
+
+    def __init__(self, states: dict[str, str | None]) -> None:
+        self.states = states
+        self.asked: list[Any] = []
+
+    def send(self, message: Any) -> Any:
+        from airflow.sdk.execution_time.comms import TaskStatesResult
+
+        self.asked.append(message)
+        return TaskStatesResult(task_states={run_id: dict(self.states) for run_id in message.run_ids or []})
+
+
+class _TI:
+    dag_id, run_id, task_id, map_index = "etl", "manual__2026-11-25", "train", -1
+
+
+@pytest.mark.parametrize(
+    ("state", "cancelled"),
+    [("running", False), ("deferred", False), ("up_for_retry", False), ("failed", True), ("skipped", True)],
+)
+def test_on_kill_cancels_exactly_when_the_api_server_says_the_task_was_ended(monkeypatch, state, cancelled):
+    """Through the operator's on_kill and the real state query, answered by run id as the server does."""
+    from types import SimpleNamespace
+
+    from airflow.sdk.execution_time import task_runner
+
+    from tests.unit.fakes import FakeSchedulerHook, _operator
+
+    channel = SupervisorChannel({"train": state})
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", channel, raising=False)
+    hook = FakeSchedulerHook([])
+    op = _operator(hook)
+    op.__dict__["_lifecycle_of"] = SimpleNamespace(app_handle="slurm://torchx/7")
+    with op._kills.running(_TI()):
+        op.on_kill()
+    assert hook.cancelled == (["slurm://torchx/7"] if cancelled else [])
+    assert [m.run_ids for m in channel.asked] == [["manual__2026-11-25"]]

@@ -185,12 +185,6 @@ def test_the_key_never_holds_a_secret_in_any_form(job, parent):
     assert inputs["app"]["roles"][0]["env"]["API_TOKEN"].keys() == {"secret_pbkdf2"}
 
 
-def test_provider_env_is_not_part_of_the_key(job):
-    plain = key_app("t", component="utils.python", component_args=["--script", str(job)], app=None, env=None,
-                    app_name=None, rules=())  # fmt: skip
-    assert not {n for n in plain.roles[0].env if n.startswith(("TORCHX_TRACKER", "OPENLINEAGE"))}
-
-
 def test_the_app_name_is_not_part_of_the_key(job):
     def key(name):
         args = ["--script", str(job)]

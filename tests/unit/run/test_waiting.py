@@ -1,0 +1,58 @@
+"""The worker's wait (torchx_airflow/run/waiting.py): one outage budget, counted from the last good answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from torchx.specs import AppState, AppStatus
+
+from torchx_airflow.exceptions import TorchXSchedulerOutageError
+from torchx_airflow.run.waiting import WorkerWait
+
+HANDLE = "slurm://torchx/42"
+
+
+class ClockedHook:
+    """A scheduler that answers from a script, each query taking 0.3 s on the wait's clock: a
+    ``RuntimeError`` in the script is an unanswered query (a controller restarting)."""
+
+    def __init__(self, script: list[AppState | Exception]) -> None:
+        self.script = list(script)
+        self.now = 0.0
+
+    def clock(self) -> float:
+        return self.now
+
+    def status(self, handle: str) -> AppStatus:
+        self.now += 0.3
+        answer = self.script.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return AppStatus(state=answer)
+
+    def log_streams(self, *args: Any) -> tuple:
+        return ()
+
+
+DOWN = RuntimeError("slurmctld restarting")
+
+
+def _wait(hook: ClockedHook, budget: float) -> WorkerWait:
+    import logging
+
+    return WorkerWait(hook, 0.001, budget, logging.getLogger("t"), stream_logs=False, clock=hook.clock)  # type: ignore[arg-type]
+
+
+def test_two_outages_each_within_the_budget_are_waited_out_whatever_their_sum():
+    """0.9 s without an answer twice, 1.0 s allowed: the budget restarts at every good answer."""
+    hook = ClockedHook([AppState.RUNNING, DOWN, DOWN, DOWN, AppState.RUNNING, DOWN, DOWN, DOWN, AppState.SUCCEEDED])
+    status = _wait(hook, budget=1.0).until_terminal(HANDLE, {})
+    assert status.state == AppState.SUCCEEDED and hook.script == []
+
+
+def test_an_outage_past_the_budget_ends_the_wait():
+    hook = ClockedHook([AppState.RUNNING, DOWN, DOWN, DOWN, DOWN, AppState.SUCCEEDED])
+    with pytest.raises(TorchXSchedulerOutageError, match="outage_timeout"):
+        _wait(hook, budget=1.0).until_terminal(HANDLE, {})
+    assert hook.script == [AppState.SUCCEEDED]  # gave up at the fourth unanswered query
