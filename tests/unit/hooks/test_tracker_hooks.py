@@ -290,7 +290,8 @@ def test_a_tracker_secret_is_masked_in_the_encoded_forms_a_log_line_may_hold(mon
     from torchx_airflow.secrets import redact_text
 
     password = "enc0ded+Pass/word=42"
-    _conn(monkeypatch, "enc_ml", conn_type="mlflow", host="http://127.0.0.1:1", login="bob", password=password)
+    host = "http://127.0.0.1:1"
+    _conn(monkeypatch, "enc_ml", conn_type="mlflow", host=host, login="bob", password=password)
     trackers_for(["enc_ml"])
     header = base64.b64encode(f"bob:{password}".encode()).decode()
     blob = base64.urlsafe_b64encode(f'{{"x": 1, "password": "{password}"}}'.encode()).decode()

@@ -46,7 +46,8 @@ def _wait(hook: ClockedHook, budget: float) -> WorkerWait:
 
 def test_two_outages_each_within_the_budget_are_waited_out_whatever_their_sum():
     """0.9 s without an answer twice, 1.0 s allowed: the budget restarts at every good answer."""
-    hook = ClockedHook([AppState.RUNNING, DOWN, DOWN, DOWN, AppState.RUNNING, DOWN, DOWN, DOWN, AppState.SUCCEEDED])
+    running, succeeded = AppState.RUNNING, AppState.SUCCEEDED
+    hook = ClockedHook([running, DOWN, DOWN, DOWN, running, DOWN, DOWN, DOWN, succeeded])
     status = _wait(hook, budget=1.0).until_terminal(HANDLE, {})
     assert status.state == AppState.SUCCEEDED and hook.script == []
 
