@@ -1,4 +1,4 @@
-"""Cache figures (``torchx_airflow.policies.cache.keys``): computing a task's key, and a whole hit, against
+"""Cache figures (``torchx_airflow.policies.cache.inputs``): computing a task's key, and a whole hit, against
 submitting the same app on local_cwd and waiting for it, which is what a hit saves.
 
 The app is the example pipeline's training step (``dags/jobs/train.py`` through ``dist.ddp``, its
@@ -32,7 +32,7 @@ class _Setup:
         from torchx_airflow_tracker.fsspec_store import FsspecStore
 
         from torchx_airflow.hooks.torchx import TorchXHook
-        from torchx_airflow.policies.cache.keys import new_record
+        from torchx_airflow.policies.cache.records import new_record
 
         self.store = FsspecStore(str(workdir / "store"))
         data = workdir / "data.csv"
@@ -53,7 +53,7 @@ class _Setup:
         )
 
     def compute_key(self, secret: bool = True) -> str:
-        from torchx_airflow.policies.cache.keys import file_inputs, key_inputs, key_of, parent_inputs
+        from torchx_airflow.policies.cache.inputs import file_inputs, key_inputs, key_of, parent_inputs
         from torchx_airflow.policies.cache.policy import key_app
 
         env = {"LOGLEVEL": "INFO", **({"API_TOKEN": "bench-secret-value"} if secret else {})}
@@ -83,7 +83,7 @@ class _Setup:
         return key_of(inputs)
 
     def hit(self) -> None:
-        from torchx_airflow.policies.cache.keys import find_record
+        from torchx_airflow.policies.cache.records import find_record
 
         class _Quiet:
             def info(self, *args: Any) -> None:

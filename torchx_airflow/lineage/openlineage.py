@@ -336,7 +336,7 @@ def run_outcome(
     """The run's summary and tracker results: the task's ``result`` if it has one, else the status
     (asked of ``hook`` when not yet terminal) and the tracker ``store``'s results of the run."""
     from torchx_airflow.apps import summarize_status
-    from torchx_airflow.lineage.records import run_results
+    from torchx_airflow.lineage.recorded import run_results
 
     if result is not None or not app_handle:
         return dict(result or {})
@@ -379,7 +379,7 @@ def _consumed(
     values name, and each one's (artifact name, parent run)."""
     if not parents or store is None or app is None:
         return [], {}
-    from torchx_airflow.lineage.records import run_results
+    from torchx_airflow.lineage.recorded import run_results
 
     artifacts = {
         f"{parent}/{name}": {**artifact, "run": parent}

@@ -17,7 +17,7 @@ from torchx_airflow.apps import SUCCEEDED, summarize_status
 from torchx_airflow.exceptions import TorchXAppFailedError, TorchXAppNotFoundError
 from torchx_airflow.lineage.assets import emit_asset_events
 from torchx_airflow.lineage.keys import COST_KEY, USAGE_KEY, XCOM_RUN_ID, XCOM_UI_URL
-from torchx_airflow.lineage.records import NO_RESULTS, run_results
+from torchx_airflow.lineage.recorded import NO_RESULTS, run_results
 
 if TYPE_CHECKING:
     from airflow.sdk import Asset, AssetAlias, Context

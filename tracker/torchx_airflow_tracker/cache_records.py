@@ -1,7 +1,7 @@
 """Cache records: where the provider's lineage-based cache keeps what an earlier run returned.
 
 A record is a JSON object kept under a key (64 lowercase hex digits, a SHA-256), written by
-``torchx_airflow.policies.cache.keys`` when a cached task's app SUCCEEDED and read before the next one is
+``torchx_airflow.policies.cache.inputs`` when a cached task's app SUCCEEDED and read before the next one is
 submitted. The stores keep records where TorchX's own readers never look, so they list exactly the
 runs they listed before:
 

@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     runs = sub.add_parser("list", help="run ids in the store")
     runs.add_argument("--parent", help="only the runs that have this run as a source")
     sub.add_parser("reindex", help="fsspec: read every run's sources into the index again")
-    cache = sub.add_parser("cache", help="the provider's cache records (torchx_airflow.policies.cache.keys)")
+    cache = sub.add_parser("cache", help="the provider's cache records (torchx_airflow.policies.cache.inputs)")
     cache.add_argument("action", choices=["list", "show", "delete", "prune"],
                        help="list the keys; show or delete one; prune: delete the expired ones")  # fmt: skip
     cache.add_argument("key", nargs="?", help="the cache key (show, delete)")

@@ -23,17 +23,15 @@ from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.exceptions import TorchXComponentError, TorchXConfigError
 from torchx_airflow.lineage.keys import CACHE_KEY_KEY, CACHED_FROM_KEY, XCOM_CACHE_KEY
-from torchx_airflow.policies.cache.keys import (
+from torchx_airflow.policies.cache.inputs import (
     IGNORED,
     file_inputs,
-    find_record,
     ignore_args,
     key_inputs,
     key_of,
-    new_record,
     parent_inputs,
-    write_record,
 )
+from torchx_airflow.policies.cache.records import find_record, new_record, write_record
 from torchx_airflow.run.execution import NEW, REATTACHED
 from torchx_airflow.run.points import RunPolicy, ShortCut
 from torchx_airflow.run.state import CACHE_KEY, HANDLE_KEY

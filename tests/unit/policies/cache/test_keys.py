@@ -1,4 +1,4 @@
-"""The cache key (torchx_airflow.policies.cache.keys): what changes it, what does not, what it never holds.
+"""The cache key (torchx_airflow.policies.cache.inputs): what changes it, what does not, what it never holds.
 
 Keys are computed from real TorchX apps (components materialized by TorchX), real files, a real
 fsspec store on memory:// and a local directory; the mutation suite changes one field at a time."""
@@ -17,17 +17,16 @@ from torchx_airflow_tracker.fsspec_store import FsspecStore
 
 from tests.secret_search import find_secret
 from torchx_airflow.exceptions import TorchXConfigError
-from torchx_airflow.policies.cache.keys import (
+from torchx_airflow.policies.cache.inputs import (
     IGNORED,
     file_inputs,
     ignore_args,
     key_inputs,
     key_of,
-    new_record,
     parent_inputs,
-    usable,
 )
 from torchx_airflow.policies.cache.policy import cache_enabled, key_app
+from torchx_airflow.policies.cache.records import new_record, usable
 from torchx_airflow.settings.checks import check_ignore_args, check_ttl
 
 SECRET = "cache-Secret-Value-7731"
