@@ -24,12 +24,12 @@ component still parses its arguments: for a component they apply to ``component_
 
 A record (``policies.cache.records``) ``{app_handle, result, created, expires, outputs, airflow}``
 goes to every tracker store of the task when a run with that key SUCCEEDED (never for a failed or
-cancelled one), under the key (``torchx_airflow_tracker.cache_records``). The next task with the same
-key finds it in the first store that has it, unexpired (``cache_ttl``, default 30 days), checks that the run's outputs (its
-artifacts) still hold what they held, and returns its result with ``cache_hit: True`` and
-``cached_from: <handle>``, submitting nothing. Anything the key needs that cannot be read (a
-parent's artifact that is gone, a tracker that does not answer) turns caching off for that
-execution, with a warning: the task runs, and records no key.
+cancelled one), under the key (``torchx_airflow_tracker.cache_records``). The next task with the
+same key finds it in the first store that has it, unexpired (``cache_ttl``, default 30 days),
+checks that the run's outputs (its artifacts) still hold what they held, and returns its result
+with ``cache_hit: True`` and ``cached_from: <handle>``, submitting nothing. Anything the key needs
+that cannot be read (a parent's artifact that is gone, a tracker that does not answer) turns
+caching off for that execution, with a warning: the task runs, and records no key.
 """
 
 from __future__ import annotations
