@@ -10,6 +10,7 @@ import time
 import pytest
 from torchx.specs import AppState, AppStatus
 
+from tests.polling import wait_until
 from torchx_airflow.exceptions import TorchXConfigError
 from torchx_airflow.operators.torchx import TorchXOperator
 from torchx_airflow.triggers.torchx import TorchXAppTrigger
@@ -25,9 +26,11 @@ class ScriptedHook:
         self.cancelled: list[str] = []
         self.threads: set[str] = set()
         self.closed = False
+        self.asked = threading.Event()  # set once status() has been asked
 
     def status(self, handle: str) -> AppStatus | None:
         self.threads.add(threading.current_thread().name)
+        self.asked.set()
         state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
         return None if state is None else AppStatus(state=state, msg=state.name)
 
@@ -134,7 +137,7 @@ def test_a_cancelled_run_never_cancels_the_app():
                 pass
 
         task = asyncio.ensure_future(consume())
-        await asyncio.sleep(0.2)
+        assert await asyncio.to_thread(hook.asked.wait, 30), "the trigger never polled"
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -217,8 +220,8 @@ def test_a_scheduler_outage_is_waited_out_and_logged_once_at_each_end(capsys):
     trigger = TorchXAppTrigger(HANDLE, poll_interval=0.01, outage_timeout=60)
 
     def controller_back():
-        while hook.failed < 30:  # 30 failed polls in a row, far more than the old 5 attempts
-            time.sleep(0.005)
+        # 30 failed polls in a row, far more than the old 5 attempts
+        wait_until(lambda: hook.failed >= 30, "30 failed polls", timeout=60, interval=0.005)
         hook.states = [AppState.SUCCEEDED]
         hook.down.clear()
 
