@@ -1,14 +1,15 @@
-"""Fakes of the scheduler, the task state store and the task instance for the contract tests of the
-operator, the sensor, the trigger and the durable submission (named as fakes: these tests pin what the
-provider does with the answers; the same paths run against the real Slurm cluster in tests/slurm)."""
+"""Fakes of the scheduler for the contract tests of the operator, the sensor, the trigger and the
+durable submission, and the helpers that run an operator on one (named as fakes: these tests pin what
+the provider does with the answers; the same paths run against the real Slurm cluster in tests/slurm).
+The task instance and the task state store they get are tests/fakes.py's."""
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
 from torchx.specs import AppStatus
 
+from tests.fakes import TI, TaskStateStore
 from torchx_airflow.hooks.torchx import TorchXDryRun
 from torchx_airflow.operators.torchx import TorchXOperator
 from torchx_airflow.settings.connection import TorchXConnectionSettings
@@ -96,34 +97,6 @@ class FakeSchedulerHook:
 
     def close(self) -> None:
         pass
-
-
-class TaskStateStore:
-    def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
-        self.writes: list[tuple[str, str]] = []  # ("set" | "delete", key), in order
-
-    def get(self, key: str) -> Any:
-        return self.values.get(key)
-
-    def set(self, key: str, value: Any) -> None:
-        self.writes.append(("set", key))
-        self.values[key] = value
-
-    def delete(self, key: str) -> None:
-        self.writes.append(("delete", key))
-        self.values.pop(key, None)
-
-
-class TI:
-    stats_tags: dict[str, str] = {}
-    start_date = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
-
-    def __init__(self) -> None:
-        self.pushed: dict[str, Any] = {}
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.pushed[key] = value
 
 
 def _context(store: TaskStateStore | None = None) -> dict[str, Any]:
