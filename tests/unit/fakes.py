@@ -5,9 +5,10 @@ The task instance and the task state store they get are tests/fakes.py's."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
-from torchx.specs import AppStatus
+from torchx.specs import AppState, AppStatus
 
 from tests.fakes import TI, TaskStateStore
 from torchx_airflow.hooks.torchx import TorchXDryRun
@@ -19,7 +20,9 @@ TRIGGER_PATH = "torchx_airflow.triggers.torchx.TorchXAppTrigger"
 
 
 class FakeSchedulerHook:
-    """Fake scheduler: answers ``status`` from a script (an exception in it is raised once)."""
+    """Fake scheduler: answers ``status`` from a script (an exception in it is raised once; the last
+    answer again when it runs out); a cancelled app is CANCELLED from then on. Records the threads
+    ``status`` ran on, whether it was asked (``asked``), cancels, and ``close``."""
 
     scheduler = "slurm"
     torchx_conn_id = "torchx_default"
@@ -30,9 +33,14 @@ class FakeSchedulerHook:
         self.answers = list(answers)
         self.calls = 0
         self.cancelled: list[str] = []
+        self.threads: set[str] = set()
+        self.asked = threading.Event()
+        self.closed = False
 
     def status(self, handle: str) -> AppStatus | None:
         self.calls += 1
+        self.threads.add(threading.current_thread().name)
+        self.asked.set()
         answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
         if isinstance(answer, Exception):
             raise answer
@@ -45,6 +53,7 @@ class FakeSchedulerHook:
 
     def cancel(self, handle: str) -> None:
         self.cancelled.append(handle)
+        self.answers = [AppState.CANCELLED]
 
     def infrastructure_reason(self, handle: str, state: str, msg: str) -> str | None:
         from torchx_airflow.schedulers.slurm import SlurmSupport
@@ -96,7 +105,7 @@ class FakeSchedulerHook:
         return self.usage_answer
 
     def close(self) -> None:
-        pass
+        self.closed = True
 
 
 def _context(store: TaskStateStore | None = None) -> dict[str, Any]:
