@@ -9,7 +9,16 @@ import re
 import pytest
 
 from torchx_airflow.plugins.graph import AirflowTask, Edge, LineageGraph, RunNode, Seed, build_graph
-from torchx_airflow.plugins.render import CARD_W, layout, render_error, render_page, render_svg
+from torchx_airflow.plugins.render import (
+    ART_GAP,
+    ART_H,
+    CARD_H,
+    CARD_W,
+    layout,
+    render_error,
+    render_page,
+    render_svg,
+)
 
 XSS = '"><script>alert(1)</script>'
 PARENT, CHILD = f"local_cwd://torchx/data{XSS}", "slurm://torchx/7"
@@ -106,7 +115,8 @@ def test_sources_sit_left_of_their_runs_and_an_edge_starts_at_its_artifact(store
     )
     assert edge is not None
     a = placed["slurm://torchx/a"]
-    assert float(edge[2]) > a.y + 112  # below the card: at the "model" artifact, the second one
+    model = a.y + CARD_H + ART_GAP + (ART_H + ART_GAP) + ART_H / 2  # the second artifact under a's card
+    assert (int(edge[1]), int(edge[2])) == (round(a.x + CARD_W), round(model))
     assert ">model<" in svg  # the edge's label names its artifact
 
 
