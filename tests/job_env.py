@@ -97,11 +97,6 @@ def assert_job_got_only_its_env(run: EnvRun) -> None:
     assert run.digests == {"MLFLOW_TRACKING_PASSWORD": sha256(MLFLOW_SECRET), "API_TOKEN": sha256(JOB_SECRET)}
 
 
-def secret_hits(texts: dict[str, bytes]) -> list[tuple[str, str]]:
-    """``(where, secret)`` for every secret found in any of ``texts``."""
-    return [(where, secret) for where, text in texts.items() for secret in SECRETS if secret.encode() in text]
-
-
 def files_under(*roots: Path) -> dict[str, bytes]:
     return {str(p): p.read_bytes() for root in roots if root.exists() for p in root.rglob("*") if p.is_file()}
 
