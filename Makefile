@@ -41,7 +41,7 @@ MLFLOW_PORT ?= 5000
 STACK_ENV = AIRFLOW_PORT=$(AIRFLOW_PORT) MLFLOW_PORT=$(MLFLOW_PORT) AIRFLOW_LOG_PORT=$(or $(AIRFLOW_LOG_PORT),8793) \
 	EXECUTOR=$(EXECUTOR) REDIS_PORT=$(or $(REDIS_PORT),6379) CELERY_WORKERS=$(or $(CELERY_WORKERS),2)
 
-.PHONY: install demo test test-compose lint docs docs-build clean up down slurm-up slurm-down bench
+.PHONY: install demo test test-compose lint docs docs-build clean up down slurm-up slurm-down k8s-up k8s-down bench
 
 install: $(STAMP)
 
@@ -98,6 +98,15 @@ slurm-up:
 
 slurm-down:
 	bash scripts/slurm/cluster.sh down
+
+# A Kubernetes API server with Volcano's CRDs and a stand-in for Volcano and the kubelet, on loopback
+# (scripts/k8s/cluster.sh; the first start builds kube-apiserver into /var/cache/torchx-airflow/k8s,
+# as root). Its last line is `export KUBECONFIG=...`.
+k8s-up:
+	@bash scripts/k8s/cluster.sh up
+
+k8s-down:
+	bash scripts/k8s/cluster.sh down
 
 # The linters are pinned in pyproject.toml's `lint` extra (also what .pre-commit-config.yaml runs);
 # mypy reads the installed Airflow and TorchX, so it runs in the full environment.
