@@ -268,7 +268,9 @@ class TorchXHook(BaseHook):
         from torchx_airflow.schedulers import support_for
 
         if scheduler not in self._supports:
-            self._supports[scheduler] = support_for(self.check_scheduler(scheduler), self.runner)
+            self._supports[scheduler] = support_for(
+                self.check_scheduler(scheduler), self.runner, lambda: self.cfg
+            )
         return self._supports[scheduler]
 
     @cached_property
@@ -345,6 +347,7 @@ class TorchXHook(BaseHook):
         from torchx_airflow.schedulers.env import launch_env, swapped_environ
 
         support = self.support(dryrun.scheduler)
+        support.before_submit(dryrun.info)
         if token is not None:
             support.stamp(dryrun.info, token)
         with _tracker_environ():
@@ -452,7 +455,7 @@ class TorchXHook(BaseHook):
         handle, app_id = str(parsed), parsed.app_id
         support = self.support(parsed.scheduler)
         if not support.follows_files(app_id):
-            return self._call(lambda: self.runner.log_lines(handle, role_name, k=k, should_tail=should_tail))
+            return self._call(lambda: support.log_lines(handle, role_name, k, should_tail, until, poll))
         if until is not None:
             return follow_file(
                 lambda ask: support.log_file(app_id, role_name, k, stream, ask=ask),

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import functools
 import importlib
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.schedulers.base import SchedulerSupport
 
@@ -34,6 +35,7 @@ ENTRY_POINT_GROUP = "torchx_airflow.schedulers"
 DEFAULT_SUPPORT_CLASSES: dict[str, str] = {
     "local_cwd": "torchx_airflow.schedulers.local:LocalSupport",
     "local_docker": "torchx_airflow.schedulers.local:LocalDockerSupport",
+    "kubernetes": "torchx_airflow.schedulers.kubernetes:KubernetesSupport",
     "slurm": "torchx_airflow.schedulers.slurm:SlurmSupport",
 }
 
@@ -63,9 +65,12 @@ def support_class(scheduler: str) -> type[SchedulerSupport]:
     return cls
 
 
-def support_for(scheduler: str, runner: Runner) -> SchedulerSupport:
-    """The ``SchedulerSupport`` of ``scheduler``, asking through ``runner`` where it has to."""
-    return support_class(scheduler)(scheduler, runner)
+def support_for(
+    scheduler: str, runner: Runner, cfg: Callable[[], Mapping[str, Any]] | None = None
+) -> SchedulerSupport:
+    """The ``SchedulerSupport`` of ``scheduler``, asking through ``runner`` where it has to; ``cfg``
+    gives the run options of the hook that asks."""
+    return support_class(scheduler)(scheduler, runner, cfg)
 
 
 def apps_outlive_launcher(scheduler: str) -> bool:

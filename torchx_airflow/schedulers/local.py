@@ -11,6 +11,7 @@ the waiting loop says the app is over. The replica processes are reaped by
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.schedulers.base import SchedulerSupport
@@ -55,8 +56,8 @@ class LocalSupport(SchedulerSupport):
     inherits_launcher_env = True
     accounts_usage = True
 
-    def __init__(self, name: str, runner: Runner) -> None:
-        super().__init__(name, runner)
+    def __init__(self, name: str, runner: Runner, cfg: Callable[[], Mapping[str, Any]] | None = None) -> None:
+        super().__init__(name, runner, cfg)
         self._log_files: dict[tuple[str, str, int, str | None], str] = {}
         self._processes = ProcessWatch()
 

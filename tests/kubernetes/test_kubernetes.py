@@ -1,0 +1,205 @@
+"""TorchX's kubernetes scheduler through the provider, on the test cluster (tests/kubernetes/conftest.py):
+a real API server, etcd, Volcano's CRDs and RBAC; Volcano's controller and the kubelet are the stand-in."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.kubernetes.conftest import K8S_CONN, STATE, token
+from tests.polling import wait_until
+from torchx_airflow.apps import AppHandle
+from torchx_airflow.exceptions import TorchXConfigError
+from torchx_airflow.hooks.torchx import TorchXHook
+from torchx_airflow.schedulers import kubernetes as k8s_support
+
+DAGS = Path(__file__).resolve().parent / "dags"
+pytestmark = pytest.mark.usefixtures("k8s_cluster")
+
+
+def _app(script: str, replicas: int = 1, name: str = "k8s-test"):
+    from torchx.specs import AppDef, Resource, Role
+
+    role = Role(
+        name="worker",
+        image="ghcr.io/pytorch/torchx:0.7.0",  # not pulled by the stand-in kubelet
+        entrypoint="python3",
+        args=["-c", script],
+        num_replicas=replicas,
+        resource=Resource(cpu=1, gpu=0, memMB=512),
+    )
+    return AppDef(name=name, roles=[role])
+
+
+@pytest.fixture
+def hook(monkeypatch) -> Iterator[TorchXHook]:
+    monkeypatch.setenv("AIRFLOW_CONN_TORCHX_K8S", K8S_CONN)
+    hook = TorchXHook("torchx_k8s")
+    yield hook
+    hook.close()
+
+
+def _kubeconfig_for(tmp_path: Path, user: str) -> str:
+    """A kubeconfig of the test cluster with ``user``'s token."""
+    text = (STATE / "kubeconfig").read_text().replace(token("admin"), token(user))
+    path = tmp_path / f"kubeconfig-{user}"
+    path.write_text(text)
+    return str(path)
+
+
+def _jobs() -> list[dict]:
+    from kubernetes import client, config
+
+    api = client.CustomObjectsApi(config.new_client_from_config(str(STATE / "kubeconfig")))
+    return api.list_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "default", "jobs")["items"]
+
+
+def _submit(hook: TorchXHook, script: str, replicas: int = 1, token: str | None = None, **kwargs) -> str:
+    return hook.schedule(hook.dryrun(_app(script, replicas), **kwargs), token=token)
+
+
+def test_operator_runs_a_two_replica_app_with_every_replicas_output_in_the_task_log(run_dag):
+    result = run_dag("k8s_sync", env={"AIRFLOW_CONN_TORCHX_K8S": K8S_CONN}, dags_folder=DAGS)
+    assert result.returncode == 0, result.output[-4000:]
+    assert result.states == {"run": "success"}
+    assert result.xcom("run", "app_handle").startswith("kubernetes://torchx/default:")
+    for replica in (0, 1):  # each pod's own lines, read through the API server's pod-log proxy
+        assert f"[counter/{replica}]" in result.output and "line 2/2" in result.output, result.output[-4000:]
+
+
+def test_statuses_of_many_apps_come_from_one_list_call(hook, monkeypatch):
+    handles = [
+        _submit(hook, "print('ok')"),
+        _submit(hook, "import sys; sys.exit(3)"),
+        _submit(hook, "print(2)"),
+    ]
+    support = hook.support("kubernetes")
+    calls: list[str] = []
+    real = support._custom_objects
+
+    def counting():
+        api = real()
+        for name in ("list_namespaced_custom_object", "get_namespaced_custom_object"):
+            method = getattr(api, name)
+            setattr(api, name, lambda *a, _m=method, _n=name, **k: calls.append(_n) or _m(*a, **k))
+        return api
+
+    monkeypatch.setattr(support, "_custom_objects", counting)
+
+    def ended():
+        calls.clear()
+        answer = hook.statuses(handles)
+        return answer if all(s is not None and s.is_terminal() for s in answer.values()) else None
+
+    answer = wait_until(ended, "three apps ended", timeout=60)
+    assert calls == ["list_namespaced_custom_object"]
+    assert [answer[h].state.name for h in handles] == ["SUCCEEDED", "FAILED", "SUCCEEDED"]
+    assert answer[handles[1]].msg.startswith("Failed (PodFailed")
+    unknown = handles[0].rsplit(":", 1)[0] + ":no-such-job"
+    assert hook.statuses([unknown]) == {unknown: None}
+
+
+def test_cancel_ends_the_pods_process(hook):
+    marker = f"k8s-cancel-{uuid.uuid4().hex[:8]}"
+    handle = _submit(hook, f"import time; print('{marker}', flush=True); time.sleep(300)")
+    wait_until(lambda: hook.status(handle).state.name == "RUNNING", "the app runs", timeout=60)
+    pids = wait_until(lambda: _pids_with(marker), "the pod's process", timeout=30)
+    hook.cancel(handle)
+    wait_until(lambda: not any(_alive(pid) for pid in pids), "the pod's process ended", timeout=30)
+    status = hook.status(handle)  # TorchX 0.7 deletes the job; TorchX main aborts it
+    assert status is None or status.state.name == "CANCELLED"
+
+
+def _pids_with(text: str) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if text.encode() in (proc / "cmdline").read_bytes():
+                    pids.append(int(proc.name))
+            except OSError:
+                pass
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_marked_submission_is_found_again_by_its_mark(hook, monkeypatch):
+    mark = uuid.uuid4().hex
+    handle = _submit(hook, "print('found')", token=mark)
+    retry = TorchXHook("torchx_k8s")  # a new try: no handle, only the mark
+    try:
+        assert retry.find_submission("kubernetes", mark, since=0) == handle
+        assert retry.find_submission("kubernetes", uuid.uuid4().hex, since=0) is None
+    finally:
+        retry.close()
+
+
+def test_eviction_ends_the_job_for_the_infrastructure(hook):
+    from kubernetes import client, config
+
+    handle = _submit(hook, "import time; time.sleep(300)", resubmits=True)
+    app_id = AppHandle.parse(handle).app_id
+    wait_until(lambda: hook.status(handle).state.name == "RUNNING", "the app runs", timeout=60)
+    namespace, name = app_id.split(":")
+    core = client.CoreV1Api(config.new_client_from_config(str(STATE / "kubeconfig")))
+    eviction = {
+        "apiVersion": "policy/v1beta1",
+        "kind": "Eviction",
+        "metadata": {"name": f"{name}-worker-0-0"},
+    }
+    core.api_client.call_api(
+        f"/api/v1/namespaces/{namespace}/pods/{name}-worker-0-0/eviction", "POST", body=eviction,
+        auth_settings=["BearerToken"], response_type="object",
+    )  # fmt: skip
+    status = wait_until(
+        lambda: (s := hook.status(handle)) is not None and s.is_terminal() and s, "the job ended", timeout=60
+    )
+    assert status.msg.startswith("Terminated (PodEvicted"), status.msg  # leave_resubmission_to_task's policy
+    assert hook.infrastructure_reason(handle, status.state.name, status.msg) == "PodEvicted"
+
+
+def test_missing_queue_is_refused_before_anything_is_created(hook):
+    before = len(_jobs())
+    with pytest.raises(TorchXConfigError, match=r"Volcano queue 'nope' does not exist.*kubectl get queues"):
+        _submit(hook, "print(1)", cfg={"namespace": "default", "queue": "nope"})
+    assert len(_jobs()) == before
+
+
+def test_missing_volcano_crd_is_named(hook, monkeypatch):
+    monkeypatch.setattr(k8s_support, "GROUP", "batch.not-volcano.example")
+    with pytest.raises(TorchXConfigError, match=r"does not serve .*Install Volcano"):
+        _submit(hook, "print(1)")
+
+
+@pytest.mark.parametrize(
+    ("user", "refused"),
+    [
+        ("nobody", r"RBAC forbids .*create batch.volcano.sh/jobs \(submit\).*get pods/log"),
+        ("worker", None),
+    ],
+)
+def test_rbac_is_checked_before_submitting(hook, monkeypatch, tmp_path, user, refused):
+    monkeypatch.setenv("KUBECONFIG", _kubeconfig_for(tmp_path, user))
+    before = len(_jobs())
+    if refused:
+        with pytest.raises(TorchXConfigError, match=refused):
+            _submit(hook, "print(1)")
+        assert len(_jobs()) == before
+    else:  # the Role of scripts/k8s/rbac.yaml is enough for a whole run
+        handle = _submit(hook, "print('as worker')")
+        status = wait_until(
+            lambda: (s := hook.status(handle)) is not None and s.is_terminal() and s, "ended", timeout=60
+        )
+        assert status.state.name == "SUCCEEDED"
+        assert "as worker" in "".join(hook.log_lines(handle, "worker", 0, should_tail=False))
+    assert os.environ["KUBECONFIG"].endswith(f"kubeconfig-{user}")
