@@ -67,12 +67,14 @@ demo: install
 
 # The suite runs in PYTEST_WORKERS processes, one test file at a time each (pytest-xdist): most of its
 # time is spent waiting on jobs and Airflow's services, not on the CPU. PYTEST_WORKERS=0: one process.
-# The Slurm cluster the tests share is started before them (as root) and stopped after.
+# The Slurm cluster and the Kubernetes test cluster (scripts/k8s/cluster.sh; its first start on a
+# machine builds kube-apiserver) the tests share are started before them (as root) and stopped after.
 # tests/compose (docker-compose.yml on stand-in images it builds first) runs with `make test-compose`.
 PYTEST_WORKERS ?= 3
 test: install
 	bash scripts/airflow-home.sh
-	bash scripts/with-slurm.sh $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m 'not compose' $(PYTEST_ARGS)
+	bash scripts/with-slurm.sh bash scripts/k8s/with-cluster.sh \
+	  $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m 'not compose' $(PYTEST_ARGS)
 
 # docker-compose.yml run for real (as root): installs Docker's engine from Debian's packages, builds
 # the stand-in images (scripts/compose-images.sh; the first build takes tens of minutes), runs
