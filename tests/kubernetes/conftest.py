@@ -60,6 +60,14 @@ def k8s_cluster() -> Iterator[Path]:
             subprocess.run(["bash", str(CLUSTER), "down"], capture_output=True, timeout=120)
 
 
+def k8s_conn(token: str | None = None) -> str:
+    """The ``torchx_k8s`` connection, with ``token`` as its password (the API server's bearer token)."""
+    conn: dict = {"conn_type": "torchx", "extra": {"scheduler": "kubernetes", "cfg": CFG}}
+    if token:
+        conn["password"] = token
+    return json.dumps(conn)
+
+
 def token(user: str) -> str:
     """The test cluster's token of ``admin``, ``worker`` or ``nobody``."""
     return (STATE / f"{user}.token").read_text().strip()

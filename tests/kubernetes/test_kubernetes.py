@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.kubernetes.conftest import K8S_CONN, STATE, token
+from tests.kubernetes.conftest import K8S_CONN, STATE, k8s_conn, token
 from tests.polling import wait_until
 from torchx_airflow.apps import AppHandle
 from torchx_airflow.exceptions import TorchXConfigError
@@ -62,13 +62,18 @@ def _submit(hook: TorchXHook, script: str, replicas: int = 1, token: str | None 
     return hook.schedule(hook.dryrun(_app(script, replicas), **kwargs), token=token)
 
 
-def test_operator_runs_a_two_replica_app_with_every_replicas_output_in_the_task_log(run_dag):
-    result = run_dag("k8s_sync", env={"AIRFLOW_CONN_TORCHX_K8S": K8S_CONN}, dags_folder=DAGS)
+def test_operator_runs_a_two_replica_app_with_every_replicas_output_in_the_task_log(run_dag, tmp_path):
+    # the connection's token (the worker's) wins over the kubeconfig's user (one with no rights)
+    secret = token("worker")
+    env = {"AIRFLOW_CONN_TORCHX_K8S": k8s_conn(secret), "KUBECONFIG": _kubeconfig_for(tmp_path, "nobody")}
+    result = run_dag("k8s_sync", env=env, dags_folder=DAGS)
     assert result.returncode == 0, result.output[-4000:]
     assert result.states == {"run": "success"}
     assert result.xcom("run", "app_handle").startswith("kubernetes://torchx/default:")
     for replica in (0, 1):  # each pod's own lines, read through the API server's pod-log proxy
         assert f"[counter/{replica}]" in result.output and "line 2/2" in result.output, result.output[-4000:]
+    assert secret not in result.output
+    assert secret not in result.stored_text()
 
 
 def test_statuses_of_many_apps_come_from_one_list_call(hook, monkeypatch):
@@ -203,3 +208,22 @@ def test_rbac_is_checked_before_submitting(hook, monkeypatch, tmp_path, user, re
         assert status.state.name == "SUCCEEDED"
         assert "as worker" in "".join(hook.log_lines(handle, "worker", 0, should_tail=False))
     assert os.environ["KUBECONFIG"].endswith(f"kubeconfig-{user}")
+
+
+@pytest.mark.parametrize(
+    ("conn_token", "kubeconfig_user", "allowed"),
+    [("worker", "nobody", True), ("nobody", "admin", False), (None, "nobody", False)],
+)
+def test_the_connections_token_is_the_identity(monkeypatch, tmp_path, conn_token, kubeconfig_user, allowed):
+    monkeypatch.setenv("AIRFLOW_CONN_TORCHX_K8S", k8s_conn(conn_token and token(conn_token)))
+    monkeypatch.setenv("KUBECONFIG", _kubeconfig_for(tmp_path, kubeconfig_user))
+    hook = TorchXHook("torchx_k8s")
+    try:
+        if allowed:
+            assert AppHandle.parse(_submit(hook, "print(1)")).scheduler == "kubernetes"
+        else:
+            with pytest.raises(TorchXConfigError, match="RBAC forbids") as refused:
+                _submit(hook, "print(1)")
+            assert token("nobody") not in str(refused.value)
+    finally:
+        hook.close()

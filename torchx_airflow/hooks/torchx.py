@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from torchx.runner import Runner
     from torchx.specs import AppDef, AppDryRunInfo, AppStatus
 
-    from torchx_airflow.schedulers import SchedulerSupport
+    from torchx_airflow.schedulers import SchedulerCredentials, SchedulerSupport
 
 
 @dataclass
@@ -269,9 +269,24 @@ class TorchXHook(BaseHook):
 
         if scheduler not in self._supports:
             self._supports[scheduler] = support_for(
-                self.check_scheduler(scheduler), self.runner, lambda: self.cfg
+                self.check_scheduler(scheduler), self.runner, lambda: self.cfg, self._credentials
             )
         return self._supports[scheduler]
+
+    def _credentials(self) -> SchedulerCredentials:
+        """The connection's host and password (a bearer token for the scheduler's API, masked at once)."""
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        from torchx_airflow.schedulers import SchedulerCredentials
+        from torchx_airflow.secrets import mask_secret
+
+        try:
+            conn = self.get_connection(self.torchx_conn_id)
+        except AirflowNotFoundException:  # a hook given its scheduler and cfg only
+            return SchedulerCredentials()
+        if conn.password:
+            mask_secret(conn.password)
+        return SchedulerCredentials(conn.host or None, conn.password or None)
 
     @cached_property
     def _supports(self) -> dict[str, SchedulerSupport]:

@@ -23,12 +23,19 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from torchx_airflow.schedulers.base import SchedulerSupport
+from torchx_airflow.schedulers.base import SchedulerCredentials, SchedulerSupport
 
 if TYPE_CHECKING:
     from torchx.runner import Runner
 
-__all__ = ["ENTRY_POINT_GROUP", "SchedulerSupport", "apps_outlive_launcher", "support_class", "support_for"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "SchedulerCredentials",
+    "SchedulerSupport",
+    "apps_outlive_launcher",
+    "support_class",
+    "support_for",
+]
 
 ENTRY_POINT_GROUP = "torchx_airflow.schedulers"
 #: scheduler name -> ``module:Class`` of its support, before the entry points are read.
@@ -66,11 +73,14 @@ def support_class(scheduler: str) -> type[SchedulerSupport]:
 
 
 def support_for(
-    scheduler: str, runner: Runner, cfg: Callable[[], Mapping[str, Any]] | None = None
+    scheduler: str,
+    runner: Runner,
+    cfg: Callable[[], Mapping[str, Any]] | None = None,
+    credentials: Callable[[], SchedulerCredentials] | None = None,
 ) -> SchedulerSupport:
     """The ``SchedulerSupport`` of ``scheduler``, asking through ``runner`` where it has to; ``cfg``
-    gives the run options of the hook that asks."""
-    return support_class(scheduler)(scheduler, runner, cfg)
+    and ``credentials`` give the run options and the connection's credentials of the hook that asks."""
+    return support_class(scheduler)(scheduler, runner, cfg, credentials)
 
 
 def apps_outlive_launcher(scheduler: str) -> bool:

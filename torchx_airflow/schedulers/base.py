@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -10,6 +11,16 @@ if TYPE_CHECKING:
 
     from torchx.runner import Runner
     from torchx.specs import AppDryRunInfo, AppStatus
+
+
+@dataclass(frozen=True)
+class SchedulerCredentials:
+    """What a connection says about reaching a scheduler's API beside its run options: ``host`` (the
+    API's address, such as a Kubernetes API server's URL) and ``token`` (a bearer token, kept out of
+    ``repr``; the hook masks it before anything can print it). Both optional."""
+
+    host: str | None = None
+    token: str | None = field(default=None, repr=False)
 
 
 class SchedulerSupport:
@@ -23,6 +34,7 @@ class SchedulerSupport:
     :param cfg: gives the hook's run options for the scheduler (a Kubernetes namespace, say) to calls
         that are not given a dry run (``find_submission`` of a try that starts again); called only
         when one needs them, since reading them may fetch the hook's connection.
+    :param credentials: gives the connection's ``SchedulerCredentials`` (called when needed).
     """
 
     #: Whether apps live on without the process that launched them: what lets another task, the
@@ -40,10 +52,22 @@ class SchedulerSupport:
     #: task counts the requested resources x the time from submission to the end.
     accounts_usage: bool = False
 
-    def __init__(self, name: str, runner: Runner, cfg: Callable[[], Mapping[str, Any]] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        runner: Runner,
+        cfg: Callable[[], Mapping[str, Any]] | None = None,
+        credentials: Callable[[], SchedulerCredentials] | None = None,
+    ) -> None:
         self.name = name
         self.runner = runner
         self._cfg = cfg
+        self._credentials = credentials
+
+    @property
+    def credentials(self) -> SchedulerCredentials:
+        """The connection's host and token (none without a hook's)."""
+        return self._credentials() if self._credentials is not None else SchedulerCredentials()
 
     @property
     def cfg(self) -> dict[str, Any]:

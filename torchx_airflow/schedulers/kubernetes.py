@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.exceptions import TorchXConfigError
-from torchx_airflow.schedulers.base import SchedulerSupport
+from torchx_airflow.schedulers.base import SchedulerCredentials, SchedulerSupport
 
 if TYPE_CHECKING:
     import threading
@@ -101,21 +101,29 @@ def split_app_id(app_id: str) -> tuple[str, str] | None:
     return (namespace, name) if sep and namespace and name and ":" not in name else None
 
 
-def new_api_client() -> ApiClient:
-    """A Kubernetes client from ``KUBECONFIG`` (as set now; ``~/.kube/config`` without it), else from the
-    service account of the pod this runs in."""
+def new_api_client(credentials: SchedulerCredentials | None = None) -> ApiClient:
+    """A Kubernetes client from ``KUBECONFIG`` (as set now; ``~/.kube/config`` without it), else from
+    the service account of the pod this runs in; a connection's ``host`` replaces the API server's
+    address and its ``token`` the kubeconfig's user credentials."""
     import os
 
     from kubernetes import client, config
 
+    credentials = credentials or SchedulerCredentials()
     configuration = client.Configuration()
     path = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-    if all(not os.path.exists(p) for p in path.split(os.pathsep)) and os.environ.get(
-        "KUBERNETES_SERVICE_HOST"
-    ):
+    has_kubeconfig = any(os.path.exists(p) for p in path.split(os.pathsep))
+    if not has_kubeconfig and os.environ.get("KUBERNETES_SERVICE_HOST"):
         config.load_incluster_config(client_configuration=configuration)
-    else:
+    elif has_kubeconfig or not (credentials.host and credentials.token):
         config.load_kube_config(config_file=path, client_configuration=configuration)
+    if credentials.host:
+        configuration.host = credentials.host
+    if credentials.token:  # the connection's identity, not the kubeconfig user's certificate or token
+        configuration.api_key = {"authorization": f"Bearer {credentials.token}"}
+        configuration.api_key_prefix = {}
+        configuration.cert_file = configuration.key_file = None
+        configuration.refresh_api_key_hook = None  # the kubeconfig loader's would put its token back
     return client.ApiClient(configuration)
 
 
@@ -160,13 +168,14 @@ class KubernetesSupport(SchedulerSupport):
     def api_client(self) -> ApiClient:
         """The client of TorchX's scheduler, which this support's own calls share.
 
-        Made here on first use from the kubeconfig ``KUBECONFIG`` names at that moment (else
-        ``~/.kube/config``), else the pod's service account (in-cluster): TorchX's own would read
-        ``KUBECONFIG`` as it was when the ``kubernetes`` package was imported.
+        Made here on first use (``new_api_client``) from the kubeconfig ``KUBECONFIG`` names at that
+        moment, else the pod's service account, with the connection's host and token over them:
+        TorchX's own would read ``KUBECONFIG`` as it was when ``kubernetes`` was imported, and no
+        connection.
         """
         scheduler = self.runner._scheduler(self.name)
         if getattr(scheduler, "_client", None) is None:
-            scheduler._client = new_api_client()  # type: ignore[attr-defined]
+            scheduler._client = new_api_client(self.credentials)  # type: ignore[attr-defined]
         return scheduler._api_client()  # type: ignore[attr-defined]
 
     def _custom_objects(self) -> Any:

@@ -11,7 +11,6 @@ the waiting loop says the app is over. The replica processes are reaped by
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.schedulers.base import SchedulerSupport
@@ -56,8 +55,8 @@ class LocalSupport(SchedulerSupport):
     inherits_launcher_env = True
     accounts_usage = True
 
-    def __init__(self, name: str, runner: Runner, cfg: Callable[[], Mapping[str, Any]] | None = None) -> None:
-        super().__init__(name, runner, cfg)
+    def __init__(self, name: str, runner: Runner, *args: Any, **kwargs: Any) -> None:
+        super().__init__(name, runner, *args, **kwargs)
         self._log_files: dict[tuple[str, str, int, str | None], str] = {}
         self._processes = ProcessWatch()
 

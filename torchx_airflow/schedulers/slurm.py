@@ -28,7 +28,7 @@ import logging
 import os
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -317,8 +317,8 @@ class SlurmSupport(SchedulerSupport):
             raise TorchXConfigError(_UNTRUSTED_LOOKUP.format(storage=accounting.storage_type or "(unset)"))
         return sacct_marked(mark, user, since)
 
-    def __init__(self, name: str, runner: Runner, cfg: Callable[[], Mapping[str, Any]] | None = None) -> None:
-        super().__init__(name, runner, cfg)
+    def __init__(self, name: str, runner: Runner, *args: Any, **kwargs: Any) -> None:
+        super().__init__(name, runner, *args, **kwargs)
         self._workdirs: dict[str, str] = {}
         self._accounting_config: SlurmAccounting | None = None
 
