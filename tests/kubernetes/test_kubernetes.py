@@ -138,15 +138,43 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_a_marked_submission_is_found_again_by_its_mark(hook, monkeypatch):
-    mark = uuid.uuid4().hex
-    handle = _submit(hook, "print('found')", token=mark)
-    retry = TorchXHook("torchx_k8s")  # a new try: no handle, only the mark
+class _Store(dict):
+    """The task's state store, as the durable submission uses it (get, set, delete)."""
+
+    def set(self, key, value):
+        self[key] = value
+
+    def delete(self, key):
+        self.pop(key, None)
+
+
+def test_a_retry_finds_the_job_a_try_submitted_before_it_died(hook, monkeypatch):
+    from torchx_airflow.durable import SUBMISSION_KEY, DurableSubmission
+
+    store = _Store()
+    first = DurableSubmission(hook, store, "app_handle", "run")
+
+    def die(app_handle):
+        raise SystemExit("the worker died before recording the handle")
+
+    monkeypatch.setattr(first, "persist", die)
+    with pytest.raises(SystemExit):
+        first.submit(hook.dryrun(_app("print('once')")))
+    assert "app_handle" not in store and SUBMISSION_KEY in store  # only the mark is left
+    retry_hook = TorchXHook("torchx_k8s")  # the next try: a new process, a new hook
     try:
-        assert retry.find_submission("kubernetes", mark, since=0) == handle
-        assert retry.find_submission("kubernetes", uuid.uuid4().hex, since=0) is None
+        DurableSubmission(retry_hook, store, "app_handle", "run").recover()
+        handle = store["app_handle"]
+        assert handle.startswith("kubernetes://torchx/default:k8s-test-")
+        assert [j["metadata"]["name"] for j in _jobs() if j["metadata"]["name"] == handle.rsplit(":", 1)[1]]
+        assert SUBMISSION_KEY not in store
+        # a mark of a try that died before its job reached the API server: nothing found, submit
+        store.set(SUBMISSION_KEY, {"token": uuid.uuid4().hex, "scheduler": "kubernetes", "since": 0})
+        del store["app_handle"]
+        DurableSubmission(retry_hook, store, "app_handle", "run").recover()
+        assert "app_handle" not in store
     finally:
-        retry.close()
+        retry_hook.close()
 
 
 def test_eviction_ends_the_job_for_the_infrastructure(hook):
