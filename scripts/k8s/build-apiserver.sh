@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds kube-apiserver once per machine (as root) from Debian bookworm's `kubernetes` source package
-# (1.20, with its vendored Go dependencies) with Debian's golang-1.19, offline apart from apt, into
+# (upstream 1.20.2, with its vendored Go dependencies; `apt-get source` needs deb-src lines, added
+# here as /etc/apt/sources.list.d/torchx-airflow-deb-src.sources when there are none) with Debian's golang-1.19, offline apart from apt, into
 # K8S_CACHE (default /var/cache/torchx-airflow/k8s). Later runs find $K8S_CACHE/bin/kube-apiserver and
 # return at once. Also installs etcd-server (etcd for the API server) from Debian.
 #
@@ -49,15 +50,17 @@ rm -rf "$WORK"
 mkdir -p "$WORK"
 cd "$WORK"
 apt-get source --download-only kubernetes > /dev/null
-dpkg-source --skip-debianization -x kubernetes_*.dsc tree > /dev/null 2>&1 || dpkg-source -x kubernetes_*.dsc tree > /dev/null
+# the upstream tree of the source package (with its vendor/ directory): Debian's packaging builds
+# other binaries its own way, and `make WHAT=cmd/kube-apiserver` needs only the upstream build
+dpkg-source --skip-debianization -x kubernetes_*.dsc tree > /dev/null
 cd tree
 rm -rf vendor/github.com/modern-go/reflect2
 cp -r /usr/share/gocode/src/github.com/modern-go/reflect2 vendor/github.com/modern-go/reflect2
 
 VERSION=$(dpkg-parsechangelog -S Version 2> /dev/null | sed 's/.*really//; s/-.*//' || echo 1.20.2)
 export PATH=/usr/lib/go-1.19/bin:$PATH
-export GO111MODULE=off GOFLAGS=-mod=vendor GOCACHE=$CACHE/gocache
-unset GOFLAGS  # GOPATH mode has no -mod
+# GOPATH mode, as Kubernetes 1.20's build sets it up under _output/
+export GO111MODULE=off GOCACHE=$CACHE/gocache
 export KUBE_GIT_VERSION=v$VERSION KUBE_GIT_TREE_STATE=clean
 start=$(date +%s)
 make WHAT=cmd/kube-apiserver

@@ -181,7 +181,7 @@ up() {
   }
   kubectl_ apply -f "$HERE/rbac.yaml" > /dev/null
   K8S_OWNER_PID="${K8S_OWNER_PID:-}" start standin "$PY" "$REPO/tests/kubernetes/standin.py" \
-    --kubeconfig "$KUBECONFIG_PATH" --state "$STATE" --kubelet-port "$KUBELET_PORT" --stop-script "$0"
+    --kubeconfig "$KUBECONFIG_PATH" --state "$STATE" --kubelet-port "$KUBELET_PORT"
   wait_for 30 "stand-in" kubectl_ get node standin-node -o name > /dev/null 2>&1
   say "up: API server https://127.0.0.1:$PORT, state in $STATE"
   echo "export KUBECONFIG=$KUBECONFIG_PATH"

@@ -383,10 +383,10 @@ class StandIn:
         for key in list(self.jobs):
             if key not in seen:
                 del self.jobs[key]
+        # processes of jobs that are gone: killed, and forgotten once they ended
         for pod_key in list(self.procs):
-            if (pod_key[0], pod_key[1]) and not any(
-                pod_key[0] == k[0] and pod_key[1].startswith(k[1] + "-") for k in seen
-            ):
+            namespace, pod_name = pod_key
+            if not any(namespace == ns and pod_name.startswith(f"{job}-") for ns, job in seen):
                 self.kill(pod_key, "Aborted")
                 if self.procs[pod_key].exit_code is not None:
                     del self.procs[pod_key]
@@ -661,7 +661,6 @@ def main() -> None:
     parser.add_argument("--kubeconfig", default="")
     parser.add_argument("--kubelet-port", type=int, default=16250)
     parser.add_argument("--interval", type=float, default=0.3)
-    parser.add_argument("--stop-script", default="")
     args = parser.parse_args()
     server = args.server
     if not server and args.kubeconfig:
