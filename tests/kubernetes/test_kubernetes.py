@@ -76,6 +76,51 @@ def test_operator_runs_a_two_replica_app_with_every_replicas_output_in_the_task_
     assert secret not in result.stored_text()
 
 
+def test_many_deferred_waits_share_one_list_call_per_interval(hook, monkeypatch):
+    import asyncio
+
+    from kubernetes import client
+
+    from torchx_airflow.triggers.torchx import TorchXAppTrigger
+
+    handles = [_submit(hook, "import time; time.sleep(6)") for _ in range(10)]
+    unknown = handles[0].rsplit(":", 1)[0] + ":no-such-job"
+    calls: list[str] = []  # every read of a job: a list, or one job's object or status
+    for name in (
+        "list_namespaced_custom_object",
+        "get_namespaced_custom_object",
+        "get_namespaced_custom_object_status",
+    ):
+        real = getattr(client.CustomObjectsApi, name)
+
+        def counted(self, *args, _real=real, _name=name, **kwargs):
+            calls.append(_name)
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(client.CustomObjectsApi, name, counted)
+
+    async def main() -> tuple[list[dict], int]:
+        async def wait(handle: str) -> dict:
+            async for event in TorchXAppTrigger(handle, "torchx_k8s", poll_interval=1).run():
+                return event.payload
+            raise AssertionError("no event")
+
+        tasks = [asyncio.ensure_future(wait(h)) for h in [*handles, unknown]]
+        await asyncio.sleep(1.5)
+        calls.clear()  # every trigger waits: count three intervals
+        await asyncio.sleep(3)
+        steady = len(calls)
+        # one list per interval for the ten, and one read of the job no list has (it may be one
+        # submitted otherwise); never TorchX's describe of each app
+        assert "get_namespaced_custom_object_status" not in calls, calls
+        return await asyncio.wait_for(asyncio.gather(*tasks), timeout=120), steady
+
+    events, steady = asyncio.run(main())
+    assert steady <= 3 * 2 + 2, calls  # eleven waits: two reads per interval, not eleven
+    assert [e["state"] for e in events[:-1]] == ["SUCCEEDED"] * 10
+    assert events[-1]["status"] == "not_found"
+
+
 def test_statuses_of_many_apps_come_from_one_list_call(hook, monkeypatch):
     handles = [
         _submit(hook, "print('ok')"),
