@@ -158,7 +158,8 @@ up() {
     --listen-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
     --initial-advertise-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
     --initial-cluster "torchx-airflow-test=http://127.0.0.1:$((ETCD_PORT + 1))"
-  wait_for 30 etcd curl -fsS "http://127.0.0.1:$ETCD_PORT/health" -o /dev/null
+  wait_for 30 etcd "$PY" -c "import urllib.request as r; r.urlopen('http://127.0.0.1:$ETCD_PORT/health', timeout=2)" \
+    2> /dev/null
   # --endpoint-reconciler-type=none: no `kubernetes` service endpoint to keep (no kube-proxy here);
   # ServiceAccount admission is off: without kube-controller-manager no token secrets are made.
   start apiserver "$APISERVER" --bind-address=127.0.0.1 --advertise-address=127.0.0.1 \

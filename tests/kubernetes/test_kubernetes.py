@@ -222,28 +222,30 @@ def test_a_retry_finds_the_job_a_try_submitted_before_it_died(hook, monkeypatch)
         retry_hook.close()
 
 
-def test_eviction_ends_the_job_for_the_infrastructure(hook):
+@pytest.mark.parametrize("fault", ["PodEvicted", "NodeLost"])
+def test_eviction_and_node_loss_end_the_job_for_the_infrastructure(hook, fault):
     from kubernetes import client, config
 
     handle = _submit(hook, "import time; time.sleep(300)", resubmits=True)
-    app_id = AppHandle.parse(handle).app_id
     wait_until(lambda: hook.status(handle).state.name == "RUNNING", "the app runs", timeout=60)
-    namespace, name = app_id.split(":")
+    namespace, name = AppHandle.parse(handle).app_id.split(":")
     core = client.CoreV1Api(config.new_client_from_config(str(STATE / "kubeconfig")))
-    eviction = {
-        "apiVersion": "policy/v1beta1",
-        "kind": "Eviction",
-        "metadata": {"name": f"{name}-worker-0-0"},
-    }
-    core.api_client.call_api(
-        f"/api/v1/namespaces/{namespace}/pods/{name}-worker-0-0/eviction", "POST", body=eviction,
-        auth_settings=["BearerToken"], response_type="object",
-    )  # fmt: skip
+    if fault == "PodEvicted":  # through the API's eviction subresource, as a drain does
+        pod = f"{name}-worker-0-0"
+        eviction = {"apiVersion": "policy/v1beta1", "kind": "Eviction", "metadata": {"name": pod}}
+        core.api_client.call_api(
+            f"/api/v1/namespaces/{namespace}/pods/{pod}/eviction", "POST", body=eviction,
+            auth_settings=["BearerToken"], response_type="object",
+        )  # fmt: skip
+    else:  # the stand-in loses its node on request
+        core.patch_node(
+            "standin-node", {"metadata": {"annotations": {"standin.torchx-airflow/lost": "true"}}}
+        )
     status = wait_until(
         lambda: (s := hook.status(handle)) is not None and s.is_terminal() and s, "the job ended", timeout=60
     )
-    assert status.msg.startswith("Terminated (PodEvicted"), status.msg  # leave_resubmission_to_task's policy
-    assert hook.infrastructure_reason(handle, status.state.name, status.msg) == "PodEvicted"
+    assert status.msg.startswith(f"Terminated ({fault}"), status.msg  # leave_resubmission_to_task's policy
+    assert hook.infrastructure_reason(handle, status.state.name, status.msg) == fault
 
 
 def test_missing_queue_is_refused_before_anything_is_created(hook):
