@@ -47,6 +47,7 @@ DIRECTORY_MARKERS = {
     "tracker": "tracker",
     "packaging": "packaging",
     "slurm": "slurm",
+    "kubernetes": "kubernetes",
     "e2e": "e2e",
     "compose": "compose",
 }
