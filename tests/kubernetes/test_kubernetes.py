@@ -194,7 +194,8 @@ class _Store(dict):
 
 
 def test_a_retry_finds_the_job_a_try_submitted_before_it_died(hook, monkeypatch):
-    from torchx_airflow.durable import SUBMISSION_KEY, DurableSubmission
+    from torchx_airflow.run.durable import DurableSubmission
+    from torchx_airflow.run.state import SUBMISSION_KEY
 
     store = _Store()
     first = DurableSubmission(hook, store, "app_handle", "run")

@@ -13,11 +13,11 @@ asks for one app at a time (``describe`` reads the job's status subresource). He
 - ``stamp`` adds the label ``torchx-airflow/submission=<token>`` that ``find_submission`` lists by;
 - a job that Volcano ended because a pod was evicted, preempted or lost with its node
   (``status.state.reason``) ended for the infrastructure's reasons: the task resubmits it
-  (``torchx_airflow.resubmission``), and ``leave_resubmission_to_task`` makes Volcano end such a job
+  (``torchx_airflow.policies.resubmission``), and ``leave_resubmission_to_task`` makes Volcano end such a job
   (``PodEvicted`` -> ``TerminateJob``) instead of restarting it from scratch itself.
 
 Usage is not accounted by Kubernetes here: the task counts the requested resources x elapsed,
-marked ``source: "requested"`` (``torchx_airflow.usage``).
+marked ``source: "requested"`` (``torchx_airflow.policies.cost.usage``).
 
 App ids are TorchX's ``<namespace>:<job name>``. The ``kubernetes`` client package is imported
 inside the functions that use it.
