@@ -142,8 +142,11 @@ start() {
     AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT="$((${TRIGGERER_LOG_PORT:-$((LOG_PORT + 1))} + ${service#triggerer-} - 1))" \
       setsid airflow triggerer >> "$STACK/$service.log" 2>&1 < /dev/null &
   elif [ "$service" = mlflow ]; then
-    # uvicorn restarts a worker that misses a health check (5 s by default): too short on a busy machine
+    # uvicorn restarts a worker that misses a health check (5 s by default): too short on a busy machine.
+    # MLflow's job runner (huey consumers for GenAI evaluation and trace jobs, about 1.2 GB) stays off:
+    # nothing here submits such jobs.
     UVICORN_TIMEOUT_WORKER_HEALTHCHECK="${UVICORN_TIMEOUT_WORKER_HEALTHCHECK:-60}" \
+    MLFLOW_SERVER_ENABLE_JOB_EXECUTION="${MLFLOW_SERVER_ENABLE_JOB_EXECUTION:-false}" \
     setsid mlflow server --host 127.0.0.1 --port "$MLFLOW_PORT" --workers 2 \
       --backend-store-uri "sqlite:///$HOME_DIR/mlflow.db" --default-artifact-root "$HOME_DIR/mlflow-artifacts" \
       >> "$STACK/$service.log" 2>&1 < /dev/null &

@@ -24,6 +24,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def process_group(pgid: int) -> list[int]:
+    """The pids of the live processes of process group ``pgid`` (zombies too, until reaped)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(ProcessLookupError):
+                if os.getpgid(int(entry)) == pgid:
+                    pids.append(int(entry))
+    return pids
+
+
+def cmdline(pid: int) -> str:
+    """A process's command line ("" once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
     def answers() -> bool:
         if proc.poll() is not None:
@@ -40,11 +59,11 @@ def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120
 
 
 @contextlib.contextmanager
-def _server(cmd: list[str], ready_url: str, workdir: Path) -> Iterator[subprocess.Popen]:
+def _server(
+    cmd: list[str], ready_url: str, workdir: Path, env_extra: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen]:
     log = workdir / "server.log"
-    # uvicorn kills a worker that misses a 5 s health check, which a loaded CI machine can take
-    # (scripts/airflow-stack.sh gives its own MLflow server the same margin)
-    env = {**os.environ, "UVICORN_TIMEOUT_WORKER_HEALTHCHECK": "60"}
+    env = {**os.environ, **(env_extra or {})}
     with open(log, "w") as out:
         proc = subprocess.Popen(
             cmd, stdout=out, stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True, env=env
@@ -60,6 +79,16 @@ def _server(cmd: list[str], ready_url: str, workdir: Path) -> Iterator[subproces
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, 9)
             proc.wait()
+
+
+#: What every ``mlflow server`` of the tests (and scripts/airflow-stack.sh's) runs with.
+MLFLOW_SERVER_ENV = {
+    # uvicorn kills a worker that misses a 5 s health check, which a loaded CI machine can take
+    "UVICORN_TIMEOUT_WORKER_HEALTHCHECK": "60",
+    # MLflow's job runner (a huey consumer per job kind, about seven processes and 1.2 GB a server)
+    # runs GenAI evaluation and trace jobs, none of which the tests use
+    "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+}
 
 
 @contextlib.contextmanager
@@ -79,7 +108,7 @@ def mlflow_server_process(workdir: Path, workers: int = 2) -> Iterator[tuple[str
         "--backend-store-uri", f"sqlite:///{workdir}/mlflow.db",
         "--default-artifact-root", str(workdir / "artifacts"),
     ]  # fmt: skip
-    with _server(cmd, f"{uri}/health", workdir) as proc:
+    with _server(cmd, f"{uri}/health", workdir, MLFLOW_SERVER_ENV) as proc:
         yield uri, proc
 
 
