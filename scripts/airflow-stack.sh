@@ -69,6 +69,10 @@ export AIRFLOW_HOME="$HOME_DIR"
 if [ -z "${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-}" ]; then
   export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="sqlite:///$HOME_DIR/airflow.db?timeout=60"
 fi
+# MLflow's usage telemetry is off in every service, task and job of the stack (jobs inherit the switch):
+# its client pops a variable from the environment in a background thread when it cannot fetch its
+# config, racing the threads that read or swap the environment. MLFLOW_DISABLE_TELEMETRY=false keeps it.
+export MLFLOW_DISABLE_TELEMETRY="${MLFLOW_DISABLE_TELEMETRY:-true}"
 if [ "$EXECUTOR" = celery ]; then
   export AIRFLOW__CORE__EXECUTOR=CeleryExecutor
   export AIRFLOW__CELERY__BROKER_URL="redis://127.0.0.1:$REDIS_PORT/0"

@@ -32,6 +32,11 @@ os.environ.update(
         "AIRFLOW_CONN_TORCHX_DEFAULT": json.dumps(
             {"conn_type": "torchx", "extra": {"scheduler": "local_cwd"}}
         ),
+        # MLflow's usage telemetry off in every process of the suite (this one, servers, Airflow stacks,
+        # `airflow dags test`, and the jobs, which inherit it): its client starts a thread that fetches
+        # a config and, when that fails as it does offline, pops _MLFLOW_TELEMETRY_SESSION_ID from
+        # os.environ while other threads read or swap the environment
+        "MLFLOW_DISABLE_TELEMETRY": "true",
         # local_cwd jobs run `python` from PATH: the interpreter running the tests.
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }

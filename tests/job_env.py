@@ -38,6 +38,8 @@ EXPECTED_NAMES = {
     "MLFLOW_TRACKING_PASSWORD",
     "PATH",
     "HOME",
+    # MLflow's telemetry off in the job as in the worker (tests/conftest.py turns it off for the suite)
+    "MLFLOW_DISABLE_TELEMETRY",
 }
 
 

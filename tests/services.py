@@ -88,6 +88,8 @@ MLFLOW_SERVER_ENV = {
     # MLflow's job runner (a huey consumer per job kind, about seven processes and 1.2 GB a server)
     # runs GenAI evaluation and trace jobs, none of which the tests use
     "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+    # also for servers started outside the suite (bench/): tests/conftest.py explains the race
+    "MLFLOW_DISABLE_TELEMETRY": "true",
 }
 
 
