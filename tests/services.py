@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 from tests.polling import wait_until
 
 BIN = Path(sys.executable).parent
+WATCHDOG = Path(__file__).resolve().parent / "watchdog.py"
 
 
 def free_port() -> int:
@@ -43,6 +45,17 @@ def cmdline(pid: int) -> str:
         return ""
 
 
+def guard(pgid: int, owner: int | None = None) -> subprocess.Popen:
+    """A watchdog (tests/watchdog.py) that stops process group ``pgid`` when ``owner`` (this
+    process) dies, even by SIGKILL; it exits by itself once the group is gone. Reap it with ``wait``."""
+    owner = os.getpid() if owner is None else owner
+    return subprocess.Popen(
+        [sys.executable, "-I", str(WATCHDOG), str(owner), "--group", str(pgid)],
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
 def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
     def answers() -> bool:
         if proc.poll() is not None:
@@ -68,17 +81,45 @@ def _server(
         proc = subprocess.Popen(
             cmd, stdout=out, stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True, env=env
         )
+    watchdog = guard(proc.pid)  # the server's group dies with this process, however it ends
     try:
         _wait_http(ready_url, proc, log)
         yield proc
     finally:
+        stop_group(proc)
+        _reap(watchdog)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of group ``pgid`` is left (an unreaped zombie counts)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def stop_group(proc: subprocess.Popen, grace: float = 20) -> None:
+    """SIGTERM to the group ``proc`` leads; SIGKILL to what is left of it after ``grace`` seconds.
+    Returns once the whole group is gone, not only its leader."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        wait_until(lambda: proc.poll() is not None and not group_alive(proc.pid), "group gone", grace, 0.2)
+    except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, 15)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        wait_until(lambda: not group_alive(proc.pid), f"group {proc.pid} gone after SIGKILL", 10, 0.1)
+
+
+def _reap(watchdog: subprocess.Popen) -> None:
+    """The watchdog ends within a second of its group; one still there after that is stopped."""
+    try:
+        watchdog.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        watchdog.kill()
+        watchdog.wait()
 
 
 #: What every ``mlflow server`` of the tests (and scripts/airflow-stack.sh's) runs with.
@@ -117,9 +158,15 @@ def mlflow_server_process(workdir: Path, workers: int = 2) -> Iterator[tuple[str
 @contextlib.contextmanager
 def moto_s3_server(workdir: Path) -> Iterator[str]:
     """moto's S3 server on a free loopback port; yields its endpoint URL."""
+    with moto_s3_server_process(workdir) as (endpoint, _):
+        yield endpoint
+
+
+@contextlib.contextmanager
+def moto_s3_server_process(workdir: Path) -> Iterator[tuple[str, subprocess.Popen]]:
+    """Like ``moto_s3_server``, and the server's process (a group leader)."""
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
-    with _server(
-        [str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)], f"{endpoint}/moto-api/", workdir
-    ):
-        yield endpoint
+    cmd = [str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)]
+    with _server(cmd, f"{endpoint}/moto-api/", workdir) as proc:
+        yield endpoint, proc

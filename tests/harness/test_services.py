@@ -7,7 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.services import cmdline, mlflow_server_process, process_group
+import pytest
+
+from tests.conftest import REPO
+from tests.polling import wait_until
+from tests.services import cmdline, group_alive, mlflow_server_process, process_group
 
 
 def test_the_mlflow_server_runs_no_job_runner(tmp_path: Path) -> None:
@@ -43,3 +47,36 @@ def test_mlflow_telemetry_is_off_in_the_suites_processes(tmp_path: Path) -> None
 def _environ(pid: int) -> dict[str, str]:
     raw = Path(f"/proc/{pid}/environ").read_bytes()
     return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+
+
+OWNER = """
+import sys
+from pathlib import Path
+from tests.services import {starter}
+
+with {starter}(Path(sys.argv[1])) as started:
+    print(started[1].pid, flush=True)
+    sys.stdin.read()  # held until the test kills this process
+"""
+
+
+@pytest.mark.parametrize("starter", ["mlflow_server_process", "moto_s3_server_process"])
+def test_a_server_dies_with_the_process_that_started_it_even_by_sigkill(tmp_path: Path, starter: str) -> None:
+    """A pytest worker SIGKILLed runs no teardown: the server's whole process group goes anyway."""
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER.format(starter=starter), str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        pgid = int(owner.stdout.readline() or 0)  # type: ignore[union-attr]
+        assert pgid, f"the owner did not start its server: exit code {owner.poll()}"
+        assert process_group(pgid), "the server's group is empty before the kill"
+        owner.kill()
+        owner.wait()
+        wait_until(lambda: not group_alive(pgid), f"server group {pgid} gone after its owner's SIGKILL", 60)
+    finally:
+        owner.kill()
+        owner.wait()
