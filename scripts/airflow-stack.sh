@@ -27,6 +27,8 @@
 # REDIS_PORT (default 6379), CELERY_WORKERS (default 2), AIRFLOW__CELERY__WORKER_CONCURRENCY
 # (task slots per worker, default 4). `start triggerer-<n>` (n >= 2) runs one more triggerer beside
 # `triggerer`, serving its logs on TRIGGERER_LOG_PORT + n - 1 (default: the triggerer's port + n - 1).
+# STACK_OWNER_PID (the tests set it): every service goes when that process ends, however it ends; a
+# watchdog (tests/watchdog.py, service `watchdog`) started with the first service stops them all.
 # Pid files and service logs live in $AIRFLOW_HOME/stack/.
 set -euo pipefail
 SCRIPTS="$(cd "$(dirname "$0")" && pwd)"
@@ -137,8 +139,12 @@ running() { local pid; pid="$(pid_of "$1")" && kill -0 "$pid" 2>/dev/null; }
 
 start() {
   local service="$1"
+  if [ -n "${STACK_OWNER_PID:-}" ] && [ "$service" != watchdog ] && ! running watchdog; then start watchdog; fi
   if running "$service"; then echo "$service already running (pid $(pid_of "$service"))"; return; fi
-  if [ "$service" = redis ]; then
+  if [ "$service" = watchdog ]; then
+    setsid python -I "$SCRIPTS/../tests/watchdog.py" "${STACK_OWNER_PID:?the watchdog guards STACK_OWNER_PID}" \
+      --pid-dir "$STACK" >> "$STACK/$service.log" 2>&1 < /dev/null &
+  elif [ "$service" = redis ]; then
     start_redis
   elif [[ "$service" == worker-* ]]; then
     start_worker "$service"
@@ -262,7 +268,8 @@ case "${1:-}" in
       [[ -e "$pid_file" && "$pid_file" != *.celery.pid ]] && workers+=("$(basename "$pid_file" .pid)")
     done
     stop TERM "${workers[@]}" api-server scheduler dag-processor triggerer mlflow
-    stop TERM redis ;;
+    stop TERM redis
+    stop TERM watchdog ;;
   start) start "${2:?service}" ;;
   stop) stop "$([ "${3:-}" = --kill ] && echo KILL || echo TERM)" "${2:?service}" ;;
   status) for service in "${SERVICES[@]}"; do

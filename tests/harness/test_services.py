@@ -80,3 +80,42 @@ def test_a_server_dies_with_the_process_that_started_it_even_by_sigkill(tmp_path
     finally:
         owner.kill()
         owner.wait()
+
+
+STACK_OWNER = """
+import sys
+from pathlib import Path
+from tests.stack import AirflowStack
+
+home = Path(sys.argv[1])
+stack = AirflowStack(home, home / "dags").up_api_server()
+print((home / "stack" / "api-server.pid").read_text().strip(), flush=True)
+sys.stdin.read()  # held until the test kills this process
+"""
+
+
+def test_an_airflow_stack_dies_with_the_process_that_started_it_even_by_sigkill(tmp_path: Path) -> None:
+    """scripts/airflow-stack.sh's services outlive the script by design; the tests' stacks still go with
+    the test process that started them (its watchdog stops every service of the stack's pid files)."""
+    (tmp_path / "dags").mkdir()
+    owner = subprocess.Popen(
+        [sys.executable, "-c", STACK_OWNER, str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        pgid = int(owner.stdout.readline() or 0)  # type: ignore[union-attr]
+        assert pgid, f"the owner did not start its API server: exit code {owner.poll()}"
+        watchdog = int((tmp_path / "stack" / "watchdog.pid").read_text())
+        assert process_group(pgid) and group_alive(watchdog)
+        owner.kill()
+        owner.wait()
+        wait_until(
+            lambda: not group_alive(pgid), f"API server group {pgid} gone after its owner's SIGKILL", 60
+        )
+        wait_until(lambda: not group_alive(watchdog), "the stack's watchdog gone", 10)
+    finally:
+        owner.kill()
+        owner.wait()
