@@ -5,6 +5,7 @@ running beforehand."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -18,6 +19,18 @@ from tests.polling import wait_until
 
 BIN = Path(sys.executable).parent
 WATCHDOG = Path(__file__).resolve().parent / "watchdog.py"
+_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded here: a child between fork and exec only calls it
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """A ``preexec_fn`` for commands a test runs in the foreground (``airflow dags test``): the child
+    gets SIGTERM when the thread that started it ends, a SIGKILLed pytest worker included. Only the
+    child itself: a command that starts a group of its own is the command's to stop on SIGTERM."""
+    parent = os.getppid()
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the line above
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def free_port() -> int:

@@ -119,3 +119,43 @@ def test_an_airflow_stack_dies_with_the_process_that_started_it_even_by_sigkill(
     finally:
         owner.kill()
         owner.wait()
+
+
+FOREGROUND_OWNER = """
+import subprocess, sys
+from tests.services import die_with_parent
+
+# waits for a signal: nothing of its owner's (a pipe closing) would end it
+pause = [sys.executable, "-c", "import signal; signal.pause()"]
+command = subprocess.Popen(pause, preexec_fn=die_with_parent)
+print(command.pid, flush=True)
+sys.stdin.read()  # held until the test kills this process
+"""
+
+
+def test_a_foreground_command_dies_with_the_process_that_ran_it_even_by_sigkill() -> None:
+    """What run_dag runs (``airflow dags test``) gets SIGTERM when its pytest worker is SIGKILLed."""
+    owner = subprocess.Popen(
+        [sys.executable, "-c", FOREGROUND_OWNER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        command = int(owner.stdout.readline() or 0)  # type: ignore[union-attr]
+        assert command and _running(command), f"the owner did not start its command: exit code {owner.poll()}"
+        owner.kill()
+        owner.wait()
+        wait_until(lambda: not _running(command), f"command {command} gone after its owner's SIGKILL", 30)
+    finally:
+        owner.kill()
+        owner.wait()
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
