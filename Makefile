@@ -69,10 +69,12 @@ demo: install
 # time is spent waiting on jobs and Airflow's services, not on the CPU. PYTEST_WORKERS=0: one process.
 # The Slurm cluster the tests share is started before them (as root) and stopped after.
 # tests/compose (docker-compose.yml on stand-in images it builds first) runs with `make test-compose`.
+# At the end, the peak memory of all the suite's processes together (tests/peak_memory.py; a report,
+# never a failure). Every server a test starts dies with the test process that started it.
 PYTEST_WORKERS ?= 3
 test: install
 	bash scripts/airflow-home.sh
-	bash scripts/with-slurm.sh $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m 'not compose' $(PYTEST_ARGS)
+	$(BIN)/python tests/peak_memory.py bash scripts/with-slurm.sh $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m 'not compose' $(PYTEST_ARGS)
 
 # docker-compose.yml run for real (as root): installs Docker's engine from Debian's packages, builds
 # the stand-in images (scripts/compose-images.sh; the first build takes tens of minutes), runs
