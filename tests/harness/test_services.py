@@ -14,16 +14,22 @@ from tests.polling import wait_until
 from tests.services import cmdline, group_alive, mlflow_server_process, process_group
 
 
-def test_the_mlflow_server_runs_no_job_runner(tmp_path: Path) -> None:
-    """MLflow's job runner (huey consumers, about 1.2 GB a server) is off: the server is its supervisor,
+@pytest.fixture(scope="module")
+def mlflow_processes(tmp_path_factory: pytest.TempPathFactory) -> dict[int, tuple[str, dict[str, str]]]:
+    """Every process of one running test MLflow server: pid -> (command line, environment)."""
+    with mlflow_server_process(tmp_path_factory.mktemp("mlflow")) as (_, proc):
+        return {pid: (cmdline(pid), _environ(pid)) for pid in process_group(proc.pid)}
+
+
+def test_the_mlflow_server_runs_no_job_runner(mlflow_processes) -> None:
+    """MLflow's job runner (huey consumers, about 2 GB a server) is off: the server is its supervisor,
     uvicorn and uvicorn's workers."""
-    with mlflow_server_process(tmp_path) as (_, proc):
-        commands = [cmdline(pid) for pid in process_group(proc.pid)]
+    commands = [command for command, _ in mlflow_processes.values()]
     assert any("uvicorn" in command for command in commands), commands
     assert not [c for c in commands if "huey" in c or "mlflow.server.jobs" in c], commands
 
 
-def test_mlflow_telemetry_is_off_in_the_suites_processes(tmp_path: Path) -> None:
+def test_mlflow_telemetry_is_off_in_the_suites_processes(mlflow_processes) -> None:
     """No MLflow telemetry client in a process the suite starts: none in a fresh interpreter without
     the test's own variables (as a stack service or a job runs), and the switch in every process of an
     MLflow server."""
@@ -35,11 +41,8 @@ def test_mlflow_telemetry_is_off_in_the_suites_processes(tmp_path: Path) -> None
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["None", "None"], out.stdout + out.stderr
 
-    with mlflow_server_process(tmp_path) as (_, proc):
-        environs = {pid: _environ(pid) for pid in process_group(proc.pid)}
-    assert environs
     with_telemetry = [
-        cmdline(pid) for pid, env in environs.items() if env.get("MLFLOW_DISABLE_TELEMETRY") != "true"
+        command for command, env in mlflow_processes.values() if env.get("MLFLOW_DISABLE_TELEMETRY") != "true"
     ]
     assert not with_telemetry
 
