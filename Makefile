@@ -70,10 +70,12 @@ demo: install
 # The Slurm cluster and the Kubernetes test cluster (scripts/k8s/cluster.sh; its first start on a
 # machine builds kube-apiserver) the tests share are started before them (as root) and stopped after.
 # tests/compose (docker-compose.yml on stand-in images it builds first) runs with `make test-compose`.
+# At the end, the peak memory of all the suite's processes together (tests/peak_memory.py; a report,
+# never a failure). Every server a test starts dies with the test process that started it.
 PYTEST_WORKERS ?= 3
 test: install
 	bash scripts/airflow-home.sh
-	bash scripts/with-slurm.sh bash scripts/k8s/with-cluster.sh \
+	$(BIN)/python tests/peak_memory.py bash scripts/with-slurm.sh bash scripts/k8s/with-cluster.sh \
 	  $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m 'not compose' $(PYTEST_ARGS)
 
 # docker-compose.yml run for real (as root): installs Docker's engine from Debian's packages, builds
