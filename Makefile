@@ -127,7 +127,8 @@ lint: $(LINT_STAMP)
 	$(BIN)/codespell
 
 # The documentation site (docs/, mkdocs.yml). docs-build: warnings are errors (CI runs it); the site
-# is built outside the checkout. docs: served at http://127.0.0.1:$(DOCS_PORT) while you edit.
+# is built outside the checkout (no --quiet: it would hide the warnings strict mode counts).
+# docs: served at http://127.0.0.1:$(DOCS_PORT) while you edit.
 DOCS_STAMP = $(VENV)/.installed-docs
 DOCS_PORT ?= 8000
 export NO_MKDOCS_2_WARNING = 1
@@ -136,7 +137,7 @@ $(DOCS_STAMP): $(STAMP) pyproject.toml
 	touch $@
 
 docs-build: $(DOCS_STAMP)
-	site=$$(mktemp -d) && $(BIN)/mkdocs build --strict --quiet --site-dir "$$site" && rm -rf "$$site"
+	site=$$(mktemp -d) && $(BIN)/mkdocs build --strict --site-dir "$$site" && rm -rf "$$site"
 
 docs: $(DOCS_STAMP)
 	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:$(DOCS_PORT)

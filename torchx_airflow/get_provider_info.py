@@ -66,6 +66,12 @@ def get_provider_info() -> dict[str, Any]:
                         "schema": {"type": ["array", "null"], "items": {"type": "string"}},
                         "description": "Ids of the torchx_fsspec / mlflow connections the app tracks to",
                     },
+                    "env_passthrough": {
+                        "label": "Env passthrough",
+                        "schema": {"type": ["array", "null"], "items": {"type": "string"}},
+                        "description": "Worker variables local_cwd and Slurm jobs may inherit besides the base "
+                        'ones: names or patterns, e.g. ["CUDA_HOME", "NCCL_*"]',
+                    },
                     "outage_timeout": {
                         "label": "Scheduler outage timeout (s)",
                         "schema": {"type": ["number", "null"], "exclusiveMinimum": 0},

@@ -35,16 +35,12 @@ def test_provider_info_lists_every_class_and_they_import():
     assert info["package-name"] == "torchx-airflow"
     conns = {c["connection-type"]: c for c in info["connection-types"]}
     assert set(conns) == {"torchx", "torchx_fsspec", "mlflow"}
-    assert set(conns["torchx"]["conn-fields"]) == {
-        "scheduler",
-        "cfg",
-        "trackers",
-        "outage_timeout",
-        "infrastructure_retries",
-        "prices",
-        "cache",
-        "cache_ttl",
-    }
+    # the form has a field for every extra the connection's parser accepts (and no other)
+    from dataclasses import fields
+
+    from torchx_airflow.settings.connection import TorchXConnectionSettings
+
+    assert set(conns["torchx"]["conn-fields"]) == {f.name for f in fields(TorchXConnectionSettings)}
     assert set(conns["torchx_fsspec"]["conn-fields"]) == {"root", "storage_options"}
     assert set(conns["mlflow"]["conn-fields"]) == {"experiment"}
     assert conns["mlflow"]["ui-field-behaviour"]["relabeling"]["host"] == "Tracking URI"
