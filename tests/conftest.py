@@ -32,6 +32,9 @@ os.environ.update(
         "AIRFLOW_CONN_TORCHX_DEFAULT": json.dumps(
             {"conn_type": "torchx", "extra": {"scheduler": "local_cwd"}}
         ),
+        # the deployment's cache key (a test key, no secret): cached tasks refuse to run without one
+        "AIRFLOW__TORCHX__CACHE_KEY_SECRET": "torchx_cache_key",
+        "AIRFLOW_VAR_TORCHX_CACHE_KEY": "test-deployment-cache-key-0123456789abcdef",
         # local_cwd jobs run `python` from PATH: the interpreter running the tests.
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
