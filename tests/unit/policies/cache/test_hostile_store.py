@@ -290,3 +290,36 @@ def test_a_signed_record_of_another_scope_under_this_key_is_a_miss(store, capsys
     _, submitted, _ = _run(store)
     warned = _warnings(capsys.readouterr().out)
     assert submitted == 1 and len(warned) == 1 and "scope 'dag:other_team'" in warned[0]
+
+
+@pytest.mark.integration
+def test_on_a_real_mlflow_server_a_forged_or_copied_record_is_a_miss_an_untouched_one_hits(
+    mlflow_uri, capsys
+):
+    """The same writer with the MLflow store's credentials: it rewrites records through the store's
+    own client, as any job tracking to the server could."""
+    import uuid
+
+    from torchx_airflow_tracker.mlflow_store import MlflowStore
+
+    store = MlflowStore(mlflow_uri, f"hostile-{uuid.uuid4().hex[:8]}")
+    ours, submitted, _ = _run(store)
+    assert submitted == 1
+    hit, submitted, _ = _run(store)
+    assert submitted == 0 and hit["cache_hit"] is True  # untouched: caching keeps working
+    records = store.cache_records
+    key = ours["cache_key"]
+    forged = records.get(key)
+    forged["result"]["artifacts"] = {"model": {"name": "model", "path": FORGED_PATH, "metadata": {}}}
+    records.put(key, forged)
+    capsys.readouterr()
+    result, submitted, _ = _run(store)
+    warned = _warnings(capsys.readouterr().out)
+    assert submitted == 1 and result["cache_hit"] is False and FORGED_PATH not in json.dumps(result)
+    assert len(warned) == 1 and "signature does not verify" in warned[0]
+    theirs, submitted, _ = _run(store, OtherDagTI())
+    assert submitted == 1 and theirs["cache_key"] != key
+    records.put(key, records.get(theirs["cache_key"]))  # another DAG's genuine record, under our key
+    capsys.readouterr()
+    result, submitted, _ = _run(store)
+    assert submitted == 1 and "another key" in _warnings(capsys.readouterr().out)[0]
