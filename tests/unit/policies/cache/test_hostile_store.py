@@ -323,3 +323,11 @@ def test_on_a_real_mlflow_server_a_forged_or_copied_record_is_a_miss_an_untouche
     capsys.readouterr()
     result, submitted, _ = _run(store)
     assert submitted == 1 and "another key" in _warnings(capsys.readouterr().out)[0]
+
+
+def test_the_key_may_be_a_connections_password(store, monkeypatch):
+    _run(store)  # signed with OURS, from the Variable
+    monkeypatch.setenv("AIRFLOW__TORCHX__CACHE_KEY_SECRET", "cache_key_conn")
+    monkeypatch.setenv("AIRFLOW_CONN_CACHE_KEY_CONN", json.dumps({"conn_type": "generic", "password": OURS}))
+    hit, submitted, _ = _run(store)
+    assert submitted == 0 and hit["cache_hit"] is True
