@@ -41,7 +41,7 @@ MLFLOW_PORT ?= 5000
 STACK_ENV = AIRFLOW_PORT=$(AIRFLOW_PORT) MLFLOW_PORT=$(MLFLOW_PORT) AIRFLOW_LOG_PORT=$(or $(AIRFLOW_LOG_PORT),8793) \
 	EXECUTOR=$(EXECUTOR) REDIS_PORT=$(or $(REDIS_PORT),6379) CELERY_WORKERS=$(or $(CELERY_WORKERS),2)
 
-.PHONY: install demo test test-compose lint docs docs-build clean up down slurm-up slurm-down bench
+.PHONY: install demo test test-compose lint docs docs-build clean up down slurm-up slurm-down k8s-up k8s-down bench
 
 install: $(STAMP)
 
@@ -67,12 +67,16 @@ demo: install
 
 # The suite runs in PYTEST_WORKERS processes, one test file at a time each (pytest-xdist): most of its
 # time is spent waiting on jobs and Airflow's services, not on the CPU. PYTEST_WORKERS=0: one process.
-# The Slurm cluster the tests share is started before them (as root) and stopped after.
+# The Slurm cluster and the Kubernetes test cluster (scripts/k8s/cluster.sh; its first start on a
+# machine builds kube-apiserver) the tests share are started before them (as root) and stopped after.
 # tests/compose (docker-compose.yml on stand-in images it builds first) runs with `make test-compose`.
+# At the end, the peak memory of all the suite's processes together (tests/peak_memory.py; a report,
+# never a failure). Every server a test starts dies with the test process that started it.
 PYTEST_WORKERS ?= 3
 test: install
 	bash scripts/airflow-home.sh
-	bash scripts/with-slurm.sh $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m 'not compose' $(PYTEST_ARGS)
+	$(BIN)/python tests/peak_memory.py bash scripts/with-slurm.sh bash scripts/k8s/with-cluster.sh \
+	  $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m 'not compose' $(PYTEST_ARGS)
 
 # docker-compose.yml run for real (as root): installs Docker's engine from Debian's packages, builds
 # the stand-in images (scripts/compose-images.sh; the first build takes tens of minutes), runs
@@ -98,6 +102,15 @@ slurm-up:
 
 slurm-down:
 	bash scripts/slurm/cluster.sh down
+
+# A Kubernetes API server with Volcano's CRDs and a stand-in for Volcano and the kubelet, on loopback
+# (scripts/k8s/cluster.sh; the first start builds kube-apiserver into /var/cache/torchx-airflow/k8s,
+# as root). Its last line is `export KUBECONFIG=...`.
+k8s-up:
+	@bash scripts/k8s/cluster.sh up
+
+k8s-down:
+	bash scripts/k8s/cluster.sh down
 
 # The linters are pinned in pyproject.toml's `lint` extra (also what .pre-commit-config.yaml runs);
 # mypy reads the installed Airflow and TorchX, so it runs in the full environment.

@@ -27,6 +27,8 @@
 # REDIS_PORT (default 6379), CELERY_WORKERS (default 2), AIRFLOW__CELERY__WORKER_CONCURRENCY
 # (task slots per worker, default 4). `start triggerer-<n>` (n >= 2) runs one more triggerer beside
 # `triggerer`, serving its logs on TRIGGERER_LOG_PORT + n - 1 (default: the triggerer's port + n - 1).
+# STACK_OWNER_PID (the tests set it): every service goes when that process ends, however it ends; a
+# watchdog (tests/watchdog.py, service `watchdog`) started with the first service stops them all.
 # Pid files and service logs live in $AIRFLOW_HOME/stack/.
 set -euo pipefail
 SCRIPTS="$(cd "$(dirname "$0")" && pwd)"
@@ -69,6 +71,10 @@ export AIRFLOW_HOME="$HOME_DIR"
 if [ -z "${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-}" ]; then
   export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="sqlite:///$HOME_DIR/airflow.db?timeout=60"
 fi
+# MLflow's usage telemetry is off in every service, task and job of the stack (jobs inherit the switch):
+# its client pops a variable from the environment in a background thread when it cannot fetch its
+# config, racing the threads that read or swap the environment. MLFLOW_DISABLE_TELEMETRY=false keeps it.
+export MLFLOW_DISABLE_TELEMETRY="${MLFLOW_DISABLE_TELEMETRY:-true}"
 if [ "$EXECUTOR" = celery ]; then
   export AIRFLOW__CORE__EXECUTOR=CeleryExecutor
   export AIRFLOW__CELERY__BROKER_URL="redis://127.0.0.1:$REDIS_PORT/0"
@@ -133,8 +139,12 @@ running() { local pid; pid="$(pid_of "$1")" && kill -0 "$pid" 2>/dev/null; }
 
 start() {
   local service="$1"
+  if [ -n "${STACK_OWNER_PID:-}" ] && [ "$service" != watchdog ] && ! running watchdog; then start watchdog; fi
   if running "$service"; then echo "$service already running (pid $(pid_of "$service"))"; return; fi
-  if [ "$service" = redis ]; then
+  if [ "$service" = watchdog ]; then
+    setsid python -I "$SCRIPTS/../tests/watchdog.py" "${STACK_OWNER_PID:?the watchdog guards STACK_OWNER_PID}" \
+      --pid-dir "$STACK" >> "$STACK/$service.log" 2>&1 < /dev/null &
+  elif [ "$service" = redis ]; then
     start_redis
   elif [[ "$service" == worker-* ]]; then
     start_worker "$service"
@@ -142,8 +152,11 @@ start() {
     AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT="$((${TRIGGERER_LOG_PORT:-$((LOG_PORT + 1))} + ${service#triggerer-} - 1))" \
       setsid airflow triggerer >> "$STACK/$service.log" 2>&1 < /dev/null &
   elif [ "$service" = mlflow ]; then
-    # uvicorn restarts a worker that misses a health check (5 s by default): too short on a busy machine
+    # uvicorn restarts a worker that misses a health check (5 s by default): too short on a busy machine.
+    # MLflow's job runner (huey consumers for GenAI evaluation and trace jobs, about 1.2 GB) stays off:
+    # nothing here submits such jobs.
     UVICORN_TIMEOUT_WORKER_HEALTHCHECK="${UVICORN_TIMEOUT_WORKER_HEALTHCHECK:-60}" \
+    MLFLOW_SERVER_ENABLE_JOB_EXECUTION="${MLFLOW_SERVER_ENABLE_JOB_EXECUTION:-false}" \
     setsid mlflow server --host 127.0.0.1 --port "$MLFLOW_PORT" --workers 2 \
       --backend-store-uri "sqlite:///$HOME_DIR/mlflow.db" --default-artifact-root "$HOME_DIR/mlflow-artifacts" \
       >> "$STACK/$service.log" 2>&1 < /dev/null &
@@ -255,7 +268,8 @@ case "${1:-}" in
       [[ -e "$pid_file" && "$pid_file" != *.celery.pid ]] && workers+=("$(basename "$pid_file" .pid)")
     done
     stop TERM "${workers[@]}" api-server scheduler dag-processor triggerer mlflow
-    stop TERM redis ;;
+    stop TERM redis
+    stop TERM watchdog ;;
   start) start "${2:?service}" ;;
   stop) stop "$([ "${3:-}" = --kill ] && echo KILL || echo TERM)" "${2:?service}" ;;
   status) for service in "${SERVICES[@]}"; do

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from tests.services import die_with_parent
+
 REPO = Path(__file__).resolve().parent.parent
 TEST_DAGS = Path(__file__).resolve().parent / "dags"
 _HOME = Path(tempfile.mkdtemp(prefix="torchx-airflow-tests-"))
@@ -35,6 +37,11 @@ os.environ.update(
         # the deployment's cache key (a test key, no secret): cached tasks refuse to run without one
         "AIRFLOW__TORCHX__CACHE_KEY_SECRET": "torchx_cache_key",
         "AIRFLOW_VAR_TORCHX_CACHE_KEY": "test-deployment-cache-key-0123456789abcdef",
+        # MLflow's usage telemetry off in every process of the suite (this one, servers, Airflow stacks,
+        # `airflow dags test`, and the jobs, which inherit it): its client starts a thread that fetches
+        # a config and, when that fails as it does offline, pops _MLFLOW_TELEMETRY_SESSION_ID from
+        # os.environ while other threads read or swap the environment
+        "MLFLOW_DISABLE_TELEMETRY": "true",
         # local_cwd jobs run `python` from PATH: the interpreter running the tests.
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
@@ -50,6 +57,7 @@ DIRECTORY_MARKERS = {
     "tracker": "tracker",
     "packaging": "packaging",
     "slurm": "slurm",
+    "kubernetes": "kubernetes",
     "e2e": "e2e",
     "compose": "compose",
 }
@@ -164,7 +172,15 @@ def run_dag(airflow_db: Path):
         run_env = {**os.environ, **(env or {})}
         if dags_folder is not None:
             run_env["AIRFLOW__CORE__DAGS_FOLDER"] = str(dags_folder)
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=_HOME, env=run_env)
+        proc = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=_HOME,
+            env=run_env,
+            preexec_fn=die_with_parent,  # the run (and the job it cancels on SIGTERM) ends with this worker
+        )
         return collect_run(airflow_db, dag_id, proc.returncode, proc.stdout + proc.stderr)
 
     return _run

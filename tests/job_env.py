@@ -17,6 +17,7 @@ from pathlib import Path
 
 from tests.conftest import AIRFLOW, TEST_DAGS, DagRunResult, collect_run
 from tests.dags.torchx_env_dags import JOB_SECRET
+from tests.services import die_with_parent
 
 MLFLOW_SECRET = "mlflow-Passw0rd-for-env-test"
 CANARIES = {
@@ -38,6 +39,8 @@ EXPECTED_NAMES = {
     "MLFLOW_TRACKING_PASSWORD",
     "PATH",
     "HOME",
+    # MLflow's telemetry off in the job as in the worker (tests/conftest.py turns it off for the suite)
+    "MLFLOW_DISABLE_TELEMETRY",
 }
 
 
@@ -70,7 +73,13 @@ def run_env_dump(scheduler: str, airflow_db: Path, mlflow_uri: str, tmp_path: Pa
     }
     dag_id = f"env_dump_{scheduler}"
     proc = subprocess.run(
-        [AIRFLOW, "dags", "test", dag_id], capture_output=True, text=True, timeout=300, cwd=workdir, env=env
+        [AIRFLOW, "dags", "test", dag_id],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=workdir,
+        env=env,
+        preexec_fn=die_with_parent,
     )
     result = collect_run(airflow_db, dag_id, proc.returncode, proc.stdout + proc.stderr)
     names: set[str] = set()
@@ -95,11 +104,6 @@ def assert_job_got_only_its_env(run: EnvRun) -> None:
     assert not [n for n in run.names if n.upper().startswith("AIRFLOW")], sorted(run.names)
     assert EXPECTED_NAMES <= run.names, sorted(EXPECTED_NAMES - run.names)
     assert run.digests == {"MLFLOW_TRACKING_PASSWORD": sha256(MLFLOW_SECRET), "API_TOKEN": sha256(JOB_SECRET)}
-
-
-def secret_hits(texts: dict[str, bytes]) -> list[tuple[str, str]]:
-    """``(where, secret)`` for every secret found in any of ``texts``."""
-    return [(where, secret) for where, text in texts.items() for secret in SECRETS if secret.encode() in text]
 
 
 def files_under(*roots: Path) -> dict[str, bytes]:

@@ -5,7 +5,9 @@ running beforehand."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -16,12 +18,55 @@ from pathlib import Path
 from tests.polling import wait_until
 
 BIN = Path(sys.executable).parent
+WATCHDOG = Path(__file__).resolve().parent / "watchdog.py"
+_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded here: a child between fork and exec only calls it
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """A ``preexec_fn`` for commands a test runs in the foreground (``airflow dags test``): the child
+    gets SIGTERM when the thread that started it ends, a SIGKILLed pytest worker included. Only the
+    child itself: a command that starts a group of its own is the command's to stop on SIGTERM."""
+    parent = os.getppid()
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the line above
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def process_group(pgid: int) -> list[int]:
+    """The pids of the live processes of process group ``pgid`` (zombies too, until reaped)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(ProcessLookupError):
+                if os.getpgid(int(entry)) == pgid:
+                    pids.append(int(entry))
+    return pids
+
+
+def cmdline(pid: int) -> str:
+    """A process's command line ("" once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def guard(pgid: int, owner: int | None = None) -> subprocess.Popen:
+    """A watchdog (tests/watchdog.py) that stops process group ``pgid`` when ``owner`` (this
+    process) dies, even by SIGKILL; it exits by itself once the group is gone. Reap it with ``wait``."""
+    owner = os.getpid() if owner is None else owner
+    return subprocess.Popen(
+        [sys.executable, "-I", str(WATCHDOG), str(owner), "--group", str(pgid)],
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
@@ -40,26 +85,66 @@ def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120
 
 
 @contextlib.contextmanager
-def _server(cmd: list[str], ready_url: str, workdir: Path) -> Iterator[subprocess.Popen]:
+def _server(
+    cmd: list[str], ready_url: str, workdir: Path, env_extra: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen]:
     log = workdir / "server.log"
-    # uvicorn kills a worker that misses a 5 s health check, which a loaded CI machine can take
-    # (scripts/airflow-stack.sh gives its own MLflow server the same margin)
-    env = {**os.environ, "UVICORN_TIMEOUT_WORKER_HEALTHCHECK": "60"}
+    env = {**os.environ, **(env_extra or {})}
     with open(log, "w") as out:
         proc = subprocess.Popen(
             cmd, stdout=out, stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True, env=env
         )
+    watchdog = guard(proc.pid)  # the server's group dies with this process, however it ends
     try:
         _wait_http(ready_url, proc, log)
         yield proc
     finally:
+        stop_group(proc)
+        _reap(watchdog)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of group ``pgid`` is left (an unreaped zombie counts)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def stop_group(proc: subprocess.Popen, grace: float = 20) -> None:
+    """SIGTERM to the group ``proc`` leads; SIGKILL to what is left of it after ``grace`` seconds.
+    Returns once the whole group is gone, not only its leader."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        wait_until(lambda: proc.poll() is not None and not group_alive(proc.pid), "group gone", grace, 0.2)
+    except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, 15)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        wait_until(lambda: not group_alive(proc.pid), f"group {proc.pid} gone after SIGKILL", 10, 0.1)
+
+
+def _reap(watchdog: subprocess.Popen) -> None:
+    """The watchdog ends within a second of its group; one still there after that is stopped."""
+    try:
+        watchdog.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        watchdog.kill()
+        watchdog.wait()
+
+
+#: What every ``mlflow server`` of the tests (and scripts/airflow-stack.sh's) runs with.
+MLFLOW_SERVER_ENV = {
+    # uvicorn kills a worker that misses a 5 s health check, which a loaded CI machine can take
+    "UVICORN_TIMEOUT_WORKER_HEALTHCHECK": "60",
+    # MLflow's job runner (a huey consumer per job kind, about seven processes and 1.2 GB a server)
+    # runs GenAI evaluation and trace jobs, none of which the tests use
+    "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+    # also for servers started outside the suite (bench/): tests/conftest.py explains the race
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+}
 
 
 @contextlib.contextmanager
@@ -79,16 +164,22 @@ def mlflow_server_process(workdir: Path, workers: int = 2) -> Iterator[tuple[str
         "--backend-store-uri", f"sqlite:///{workdir}/mlflow.db",
         "--default-artifact-root", str(workdir / "artifacts"),
     ]  # fmt: skip
-    with _server(cmd, f"{uri}/health", workdir) as proc:
+    with _server(cmd, f"{uri}/health", workdir, MLFLOW_SERVER_ENV) as proc:
         yield uri, proc
 
 
 @contextlib.contextmanager
 def moto_s3_server(workdir: Path) -> Iterator[str]:
     """moto's S3 server on a free loopback port; yields its endpoint URL."""
+    with moto_s3_server_process(workdir) as (endpoint, _):
+        yield endpoint
+
+
+@contextlib.contextmanager
+def moto_s3_server_process(workdir: Path) -> Iterator[tuple[str, subprocess.Popen]]:
+    """Like ``moto_s3_server``, and the server's process (a group leader)."""
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
-    with _server(
-        [str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)], f"{endpoint}/moto-api/", workdir
-    ):
-        yield endpoint
+    cmd = [str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)]
+    with _server(cmd, f"{endpoint}/moto-api/", workdir) as proc:
+        yield endpoint, proc

@@ -61,6 +61,8 @@ class AirflowStack:
             "AIRFLOW_PORT": str(self.port),
             "AIRFLOW_LOG_PORT": str(self.log_port),
             "AIRFLOW_ADMIN_PASSWORD": self.password,
+            # every service of the stack stops when this process ends, even by SIGKILL (tests/watchdog.py)
+            "STACK_OWNER_PID": str(os.getpid()),
             # the UI's, REST API's and CLI's connection "Test" (off by default in Airflow)
             "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
             **self.env_extra,

@@ -97,10 +97,14 @@ def get_provider_info() -> dict[str, Any]:
                         "cache_ttl= wins)",
                     },
                 },
+                # host and password reach the scheduler's API (SchedulerCredentials): Kubernetes only
                 "ui-field-behaviour": {
-                    "hidden-fields": ["host", "schema", "login", "password", "port"],
-                    "relabeling": {},
-                    "placeholders": {},
+                    "hidden-fields": ["schema", "login", "port"],
+                    "relabeling": {"host": "API server (kubernetes)", "password": "Token (kubernetes)"},
+                    "placeholders": {
+                        "host": "empty: the kubeconfig's server, e.g. https://10.0.0.1:6443",
+                        "password": "empty: the kubeconfig's user or the pod's service account",
+                    },
                 },
             },
             {

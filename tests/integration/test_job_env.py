@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.job_env import assert_job_got_only_its_env, files_under, run_env_dump, secret_hits, task_logs
+from tests.job_env import SECRETS, assert_job_got_only_its_env, files_under, run_env_dump, task_logs
+from tests.secret_search import secret_hits
 
 pytestmark = pytest.mark.integration
 
@@ -17,5 +18,5 @@ def test_local_cwd_job_env_holds_no_worker_airflow_variable_and_no_secret_is_wri
 
     assert_job_got_only_its_env(run)
     assert list((run.workdir / "torchx-logs").rglob("stdout.log")), "local_cwd wrote no log files"
-    assert secret_hits({**files_under(run.workdir), **task_logs(run)}) == []
-    assert secret_hits({"xcom and rendered fields": run.result.stored_text().encode()}) == []
+    assert secret_hits(SECRETS, {**files_under(run.workdir), **task_logs(run)}) == []
+    assert secret_hits(SECRETS, {"xcom and rendered fields": run.result.stored_text().encode()}) == []

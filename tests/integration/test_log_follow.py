@@ -8,23 +8,12 @@ import threading
 import pytest
 from torchx.specs import AppDef, Role, macros
 
+from tests.fakes import ListLog
 from tests.waits import worker_wait
 from torchx_airflow.operators.torchx import TorchXOperator
 from torchx_airflow.run.logs import READER_THREAD_PREFIX
 
 pytestmark = pytest.mark.integration
-
-
-class ListLog:
-    """Collects what the operator logs (a stand-in for the task log)."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def info(self, message: str, *args: object) -> None:
-        self.lines.append(message % args if args else message)
-
-    warning = debug = error = info
 
 
 class CollectingOperator(TorchXOperator):

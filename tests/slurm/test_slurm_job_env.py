@@ -7,13 +7,14 @@ from __future__ import annotations
 import pytest
 
 from tests.job_env import (
+    SECRETS,
     assert_job_got_only_its_env,
     files_under,
     run_env_dump,
-    secret_hits,
     slurm_records,
     task_logs,
 )
+from tests.secret_search import secret_hits
 
 pytestmark = pytest.mark.integration
 
@@ -30,5 +31,5 @@ def test_slurm_job_env_holds_no_worker_airflow_variable_and_no_secret_is_written
     assert b"PLAIN_SETTING=visible" in records["scontrol write batch_script"]  # plain env stays there
     outputs = files_under(run.workdir)
     assert f"{run.workdir}/slurm-{job_id}.out" in outputs  # the batch script's set -x trace
-    assert secret_hits({**outputs, **task_logs(run), **records}) == []
-    assert secret_hits({"xcom and rendered fields": run.result.stored_text().encode()}) == []
+    assert secret_hits(SECRETS, {**outputs, **task_logs(run), **records}) == []
+    assert secret_hits(SECRETS, {"xcom and rendered fields": run.result.stored_text().encode()}) == []

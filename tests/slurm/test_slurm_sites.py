@@ -13,6 +13,8 @@ import uuid
 
 import pytest
 
+from tests.fakes import TaskStateStore
+from tests.polling import wait_until
 from tests.slurm.private_cluster import PrivateSlurm, private_slurm
 from tests.slurm.test_slurm_shared_polling import held_jobs
 from torchx_airflow.exceptions import TorchXConfigError
@@ -49,37 +51,14 @@ def sbatch(site: PrivateSlurm, script: str, *args: str) -> str:
     ).stdout.strip()
 
 
-def wait_for(predicate, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"not within {timeout} s")
-
-
-class DictStore:
-    """A task_state_store in memory (the operator's is Airflow's; only get/set/delete are used)."""
-
-    def __init__(self, values: dict) -> None:
-        self.values = dict(values)
-
-    def get(self, key: str):
-        return self.values.get(key)
-
-    def set(self, key: str, value) -> None:
-        self.values[key] = value
-
-    def delete(self, key: str) -> None:
-        self.values.pop(key, None)
-
-
 def test_status_of_running_finished_and_unknown_jobs_and_waits_complete(site, hook):
     if site.accounting == "none":
         assert site.run(["sacct", "-n", "-X"], check=False).returncode != 0  # really no accounting
     ok, failing = sbatch(site, "sleep 6"), sbatch(site, "sleep 2; exit 3")
     handle, failing_handle = f"slurm://torchx/{ok}", f"slurm://torchx/{failing}"
-    wait_for(lambda: (s := hook.status(handle)) is not None and s.state.name == "RUNNING")
+    wait_until(
+        lambda: (s := hook.status(handle)) is not None and s.state.name == "RUNNING", "job running", 60
+    )
 
     async def deferred_wait() -> dict:
         async for event in TorchXAppTrigger(handle, CONN, poll_interval=1).run():
@@ -89,7 +68,7 @@ def test_status_of_running_finished_and_unknown_jobs_and_waits_complete(site, ho
     event = asyncio.run(asyncio.wait_for(deferred_wait(), timeout=120))
     assert (event["status"], event["state"]) == ("terminal", "SUCCEEDED")
     assert hook.wait(handle, wait_interval=1).state.name == "SUCCEEDED"  # the worker's wait
-    wait_for(lambda: hook.status(failing_handle).is_terminal())
+    wait_until(lambda: hook.status(failing_handle).is_terminal(), "failing job ended", 60)
     assert hook.status(failing_handle).state.name == "FAILED"
     assert hook.status("slurm://torchx/987654") is None  # neither squeue nor (if any) sacct has it
 
@@ -105,7 +84,7 @@ def test_a_job_in_squeue_is_found_by_its_mark(site, hook):
 
 def test_an_untrustworthy_lookup_fails_the_try_saying_what_to_configure_and_submits_nothing(site, hook):
     """The job of that mark may have ended and left squeue: accounting has no comment to find it by."""
-    store = DictStore(
+    store = TaskStateStore(
         {SUBMISSION_KEY: {"token": uuid.uuid4().hex, "scheduler": "slurm", "since": time.time()}}
     )
     with pytest.raises(TorchXConfigError, match="AccountingStoreFlags=job_comment"):
@@ -117,7 +96,7 @@ def test_on_a_site_that_keeps_job_comments_the_same_lookup_says_not_found(slurm_
     monkeypatch.setenv(
         f"AIRFLOW_CONN_{CONN.upper()}", json.dumps({"conn_type": "torchx", "extra": {"scheduler": "slurm"}})
     )
-    store = DictStore(
+    store = TaskStateStore(
         {SUBMISSION_KEY: {"token": uuid.uuid4().hex, "scheduler": "slurm", "since": time.time()}}
     )
     hook = TorchXHook(CONN)

@@ -74,9 +74,10 @@ def test_ranks_creating_the_run_at_once_get_one_run(tracking_uri):
 
 
 def test_a_create_run_slower_than_the_others_still_makes_one_run(tmp_path, monkeypatch):
-    """A rank whose create_run takes long (here 3 s) joins the run another rank claimed meanwhile:
-    one run, both ranks' metadata. The previous version re-claimed after a timeout (made 1 s here,
-    where it still exists) and split the writes between two runs."""
+    """A rank whose create_run takes long (here: until the other rank has written) joins the run
+    another rank claimed meanwhile: one run, both ranks' metadata. The previous version re-claimed
+    after a timeout (made 1 s here, where it still exists) and split the writes between two runs; a
+    version where the fast rank waits for the slow one's run would never let it write."""
     import threading
 
     from torchx_airflow_tracker import mlflow_store
@@ -86,22 +87,26 @@ def test_a_create_run_slower_than_the_others_still_makes_one_run(tmp_path, monke
     slow, fast = MlflowStore(uri, experiment), MlflowStore(uri, experiment)
     slow.experiment_id, fast.experiment_id  # noqa: B018
     real_create = MlflowClient.create_run
-    slowed = threading.Event()
+    slowed, fast_wrote = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
 
     def create_run(self, *args, **kwargs):
         if threading.current_thread().name == "slow-rank" and not slowed.is_set():
             slowed.set()
-            time.sleep(3)
+            if not fast_wrote.wait(60):
+                errors.append(AssertionError("the fast rank waited for the slow rank's create_run"))
         return real_create(self, *args, **kwargs)
 
     monkeypatch.setattr(MlflowClient, "create_run", create_run)
-    errors = []
 
     def rank(store, key):
         try:
             store.add_metadata(run_id, **{key: 1})
         except Exception as e:  # any failure of the thread is reported below
             errors.append(e)
+        finally:
+            if key == "fast":
+                fast_wrote.set()
 
     threads = [threading.Thread(target=rank, args=(slow, "slow"), name="slow-rank")]
     threads.append(threading.Thread(target=rank, args=(fast, "fast"), name="fast-rank"))
@@ -262,12 +267,21 @@ def test_a_store_whose_server_hangs_holds_no_other_store_back(mlflow_uri):
     hold them all behind one lock per class)."""
     stuck = MlflowStore("https://127.0.0.1:9", "nowhere", username="a", password="b")
 
+    looking_up = threading.Event()
+    look_up = stuck.client.get_experiment_by_name
+
+    def entered_look_up(name: str):
+        looking_up.set()
+        return look_up(name)
+
+    stuck.client.get_experiment_by_name = entered_look_up  # type: ignore[method-assign]
+
     def look_up_forever() -> None:
         with contextlib.suppress(Exception):  # it gives up in the end, long after this test
             _ = stuck.experiment_id
 
     threading.Thread(target=look_up_forever, daemon=True).start()
-    time.sleep(2)  # the stuck store is inside its experiment lookup now, retrying
+    assert looking_up.wait(60), "the stuck store never started its experiment lookup"
     opened: list[str] = []
     worker = threading.Thread(
         target=lambda: opened.append(MlflowStore(mlflow_uri, f"free-{uuid.uuid4().hex[:8]}").experiment_id),

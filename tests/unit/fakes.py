@@ -1,14 +1,16 @@
-"""Fakes of the scheduler, the task state store and the task instance for the contract tests of the
-operator, the sensor, the trigger and the durable submission (named as fakes: these tests pin what the
-provider does with the answers; the same paths run against the real Slurm cluster in tests/slurm)."""
+"""Fakes of the scheduler for the contract tests of the operator, the sensor, the trigger and the
+durable submission, and the helpers that run an operator on one (named as fakes: these tests pin what
+the provider does with the answers; the same paths run against the real Slurm cluster in tests/slurm).
+The task instance and the task state store they get are tests/fakes.py's."""
 
 from __future__ import annotations
 
-import datetime
+import threading
 from typing import Any
 
-from torchx.specs import AppStatus
+from torchx.specs import AppState, AppStatus
 
+from tests.fakes import TI, TaskStateStore
 from torchx_airflow.hooks.torchx import TorchXDryRun
 from torchx_airflow.operators.torchx import TorchXOperator
 from torchx_airflow.settings.connection import TorchXConnectionSettings
@@ -18,7 +20,9 @@ TRIGGER_PATH = "torchx_airflow.triggers.torchx.TorchXAppTrigger"
 
 
 class FakeSchedulerHook:
-    """Fake scheduler: answers ``status`` from a script (an exception in it is raised once)."""
+    """Fake scheduler: answers ``status`` from a script (an exception in it is raised once; the last
+    answer again when it runs out); a cancelled app is CANCELLED from then on. Records the threads
+    ``status`` ran on, whether it was asked (``asked``), cancels, and ``close``."""
 
     scheduler = "slurm"
     torchx_conn_id = "torchx_default"
@@ -29,9 +33,14 @@ class FakeSchedulerHook:
         self.answers = list(answers)
         self.calls = 0
         self.cancelled: list[str] = []
+        self.threads: set[str] = set()
+        self.asked = threading.Event()
+        self.closed = False
 
     def status(self, handle: str) -> AppStatus | None:
         self.calls += 1
+        self.threads.add(threading.current_thread().name)
+        self.asked.set()
         answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
         if isinstance(answer, Exception):
             raise answer
@@ -44,6 +53,7 @@ class FakeSchedulerHook:
 
     def cancel(self, handle: str) -> None:
         self.cancelled.append(handle)
+        self.answers = [AppState.CANCELLED]
 
     def infrastructure_reason(self, handle: str, state: str, msg: str) -> str | None:
         from torchx_airflow.schedulers.slurm import SlurmSupport
@@ -95,35 +105,7 @@ class FakeSchedulerHook:
         return self.usage_answer
 
     def close(self) -> None:
-        pass
-
-
-class TaskStateStore:
-    def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
-        self.writes: list[tuple[str, str]] = []  # ("set" | "delete", key), in order
-
-    def get(self, key: str) -> Any:
-        return self.values.get(key)
-
-    def set(self, key: str, value: Any) -> None:
-        self.writes.append(("set", key))
-        self.values[key] = value
-
-    def delete(self, key: str) -> None:
-        self.writes.append(("delete", key))
-        self.values.pop(key, None)
-
-
-class TI:
-    stats_tags: dict[str, str] = {}
-    start_date = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
-
-    def __init__(self) -> None:
-        self.pushed: dict[str, Any] = {}
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.pushed[key] = value
+        self.closed = True
 
 
 def _context(store: TaskStateStore | None = None) -> dict[str, Any]:

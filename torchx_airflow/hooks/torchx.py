@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from torchx.runner import Runner
     from torchx.specs import AppDef, AppDryRunInfo, AppStatus
 
-    from torchx_airflow.schedulers import SchedulerSupport
+    from torchx_airflow.schedulers import SchedulerCredentials, SchedulerSupport
 
 
 @dataclass
@@ -269,8 +269,25 @@ class TorchXHook(BaseHook):
         from torchx_airflow.schedulers import support_for
 
         if scheduler not in self._supports:
-            self._supports[scheduler] = support_for(self.check_scheduler(scheduler), self.runner)
+            self._supports[scheduler] = support_for(
+                self.check_scheduler(scheduler), self.runner, lambda: self.cfg, self._credentials
+            )
         return self._supports[scheduler]
+
+    def _credentials(self) -> SchedulerCredentials:
+        """The connection's host and password (a bearer token for the scheduler's API, masked at once)."""
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        from torchx_airflow.schedulers import SchedulerCredentials
+        from torchx_airflow.secrets import mask_secret
+
+        try:
+            conn = self.get_connection(self.torchx_conn_id)
+        except AirflowNotFoundException:  # a hook given its scheduler and cfg only
+            return SchedulerCredentials()
+        if conn.password:
+            mask_secret(conn.password)
+        return SchedulerCredentials(conn.host or None, conn.password or None)
 
     @cached_property
     def _supports(self) -> dict[str, SchedulerSupport]:
@@ -346,6 +363,7 @@ class TorchXHook(BaseHook):
         from torchx_airflow.schedulers.env import launch_env, swapped_environ
 
         support = self.support(dryrun.scheduler)
+        support.before_submit(dryrun.info)
         if token is not None:
             support.stamp(dryrun.info, token)
         with _tracker_environ():
@@ -453,7 +471,7 @@ class TorchXHook(BaseHook):
         handle, app_id = str(parsed), parsed.app_id
         support = self.support(parsed.scheduler)
         if not support.follows_files(app_id):
-            return self._call(lambda: self.runner.log_lines(handle, role_name, k=k, should_tail=should_tail))
+            return self._call(lambda: support.log_lines(handle, role_name, k, should_tail, until, poll))
         if until is not None:
             return follow_file(
                 lambda ask: support.log_file(app_id, role_name, k, stream, ask=ask),

@@ -20,20 +20,29 @@ from __future__ import annotations
 
 import functools
 import importlib
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from torchx_airflow.schedulers.base import SchedulerSupport
+from torchx_airflow.schedulers.base import SchedulerCredentials, SchedulerSupport
 
 if TYPE_CHECKING:
     from torchx.runner import Runner
 
-__all__ = ["ENTRY_POINT_GROUP", "SchedulerSupport", "apps_outlive_launcher", "support_class", "support_for"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "SchedulerCredentials",
+    "SchedulerSupport",
+    "apps_outlive_launcher",
+    "support_class",
+    "support_for",
+]
 
 ENTRY_POINT_GROUP = "torchx_airflow.schedulers"
 #: scheduler name -> ``module:Class`` of its support, before the entry points are read.
 DEFAULT_SUPPORT_CLASSES: dict[str, str] = {
     "local_cwd": "torchx_airflow.schedulers.local:LocalSupport",
     "local_docker": "torchx_airflow.schedulers.local:LocalDockerSupport",
+    "kubernetes": "torchx_airflow.schedulers.kubernetes:KubernetesSupport",
     "slurm": "torchx_airflow.schedulers.slurm:SlurmSupport",
 }
 
@@ -63,9 +72,15 @@ def support_class(scheduler: str) -> type[SchedulerSupport]:
     return cls
 
 
-def support_for(scheduler: str, runner: Runner) -> SchedulerSupport:
-    """The ``SchedulerSupport`` of ``scheduler``, asking through ``runner`` where it has to."""
-    return support_class(scheduler)(scheduler, runner)
+def support_for(
+    scheduler: str,
+    runner: Runner,
+    cfg: Callable[[], Mapping[str, Any]] | None = None,
+    credentials: Callable[[], SchedulerCredentials] | None = None,
+) -> SchedulerSupport:
+    """The ``SchedulerSupport`` of ``scheduler``, asking through ``runner`` where it has to; ``cfg``
+    and ``credentials`` give the run options and the connection's credentials of the hook that asks."""
+    return support_class(scheduler)(scheduler, runner, cfg, credentials)
 
 
 def apps_outlive_launcher(scheduler: str) -> bool:

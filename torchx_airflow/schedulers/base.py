@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import threading
+
     from torchx.runner import Runner
     from torchx.specs import AppDryRunInfo, AppStatus
+
+
+@dataclass(frozen=True)
+class SchedulerCredentials:
+    """What a connection says about reaching a scheduler's API beside its run options: ``host`` (the
+    API's address, such as a Kubernetes API server's URL) and ``token`` (a bearer token, kept out of
+    ``repr``; the hook masks it before anything can print it). Both optional."""
+
+    host: str | None = None
+    token: str | None = field(default=None, repr=False)
 
 
 class SchedulerSupport:
@@ -18,6 +31,10 @@ class SchedulerSupport:
 
     :param name: the scheduler's name (``slurm``, ``kubernetes``...).
     :param runner: the TorchX runner of the hook that asks.
+    :param cfg: gives the hook's run options for the scheduler (a Kubernetes namespace, say) to calls
+        that are not given a dry run (``find_submission`` of a try that starts again); called only
+        when one needs them, since reading them may fetch the hook's connection.
+    :param credentials: gives the connection's ``SchedulerCredentials`` (called when needed).
     """
 
     #: Whether apps live on without the process that launched them: what lets another task, the
@@ -35,9 +52,27 @@ class SchedulerSupport:
     #: task counts the requested resources x the time from submission to the end.
     accounts_usage: bool = False
 
-    def __init__(self, name: str, runner: Runner) -> None:
+    def __init__(
+        self,
+        name: str,
+        runner: Runner,
+        cfg: Callable[[], Mapping[str, Any]] | None = None,
+        credentials: Callable[[], SchedulerCredentials] | None = None,
+    ) -> None:
         self.name = name
         self.runner = runner
+        self._cfg = cfg
+        self._credentials = credentials
+
+    @property
+    def credentials(self) -> SchedulerCredentials:
+        """The connection's host and token (none without a hook's)."""
+        return self._credentials() if self._credentials is not None else SchedulerCredentials()
+
+    @property
+    def cfg(self) -> dict[str, Any]:
+        """The hook's run options (``{}`` without a hook's)."""
+        return dict(self._cfg()) if self._cfg is not None else {}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
@@ -81,6 +116,21 @@ class SchedulerSupport:
         are read through ``Runner.log_lines``."""
         return False
 
+    def log_lines(
+        self,
+        app_handle: str,
+        role: str,
+        k: int,
+        should_tail: bool,
+        until: threading.Event | None,
+        poll: float,
+    ) -> Iterable[str]:
+        """Log lines of replica ``k`` of ``role`` where they are not files this process reads
+        (``follows_files`` False): TorchX's ``Runner.log_lines``. A scheduler whose replica log exists
+        only once the replica started (a Kubernetes pod) waits for it here, every ``poll`` seconds,
+        and stops waiting when ``until`` is set."""
+        return self.runner.log_lines(app_handle, role, k=k, should_tail=should_tail)
+
     def log_file(self, app_id: str, role: str, k: int, stream: str | None, ask: bool = True) -> str | None:
         """The file a replica's log stream is written to; None while it cannot be told.
 
@@ -98,6 +148,11 @@ class SchedulerSupport:
         job's process (local_cwd).
         """
         return {}
+
+    def before_submit(self, dryrun_info: AppDryRunInfo) -> None:
+        """Last marks and checks on the request just before it is submitted (every submission, with
+        or without ``stamp``): raise ``TorchXConfigError`` naming the fix when the scheduler cannot
+        take it, so that nothing is left half-submitted. The default does nothing."""
 
     def stamp(self, dryrun_info: AppDryRunInfo, token: str) -> None:
         """Mark the request with ``token`` so ``find_submission(token)`` finds its job (when

@@ -22,7 +22,8 @@ from torchx_airflow.exceptions import TorchXConnectionError
 from torchx_airflow.schedulers.base import environ_subset
 
 #: What every job may inherit from the worker: where programs and the home directory are, the
-#: locale, the time zone, the scratch directory and the active Python environment.
+#: locale, the time zone, the scratch directory, the active Python environment, and the worker's
+#: telemetry opt-outs (a site that turned MLflow's usage telemetry off turns it off in its jobs).
 BASE_ENV: tuple[str, ...] = (
     "PATH",
     "HOME",
@@ -40,6 +41,8 @@ BASE_ENV: tuple[str, ...] = (
     "CONDA_DEFAULT_ENV",
     "LD_LIBRARY_PATH",
     "PYTHONPATH",
+    "DO_NOT_TRACK",
+    "MLFLOW_DISABLE_TELEMETRY",
 )
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
 # os.environ is process-wide: one submission at a time may swap it.

@@ -55,8 +55,8 @@ class LocalSupport(SchedulerSupport):
     inherits_launcher_env = True
     accounts_usage = True
 
-    def __init__(self, name: str, runner: Runner) -> None:
-        super().__init__(name, runner)
+    def __init__(self, name: str, runner: Runner, *args: Any, **kwargs: Any) -> None:
+        super().__init__(name, runner, *args, **kwargs)
         self._log_files: dict[tuple[str, str, int, str | None], str] = {}
         self._processes = ProcessWatch()
 

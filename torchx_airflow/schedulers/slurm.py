@@ -317,8 +317,8 @@ class SlurmSupport(SchedulerSupport):
             raise TorchXConfigError(_UNTRUSTED_LOOKUP.format(storage=accounting.storage_type or "(unset)"))
         return sacct_marked(mark, user, since)
 
-    def __init__(self, name: str, runner: Runner) -> None:
-        super().__init__(name, runner)
+    def __init__(self, name: str, runner: Runner, *args: Any, **kwargs: Any) -> None:
+        super().__init__(name, runner, *args, **kwargs)
         self._workdirs: dict[str, str] = {}
         self._accounting_config: SlurmAccounting | None = None
 

@@ -8,6 +8,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from torchx.components.utils import echo, python
 
 from tests.dags.torchx_test_dags import HELLO
+from tests.fakes import TI
 from torchx_airflow.exceptions import (
     TorchXComponentError,
     TorchXConfigError,
@@ -16,20 +17,8 @@ from torchx_airflow.operators.torchx import TorchXDryRunOperator, TorchXOperator
 from torchx_airflow.sensors.torchx import TorchXAppSensor
 
 
-class RecordingTI:
-    """Stands in for Airflow's task instance: records XCom pushes (nothing may be pushed on bad input)."""
-
-    stats_tags: dict[str, str] = {}
-
-    def __init__(self) -> None:
-        self.pushed: dict[str, object] = {}
-
-    def xcom_push(self, key: str, value: object) -> None:
-        self.pushed[key] = value
-
-
 def _execute(op):
-    ti = RecordingTI()
+    ti = TI()
     try:
         return op.execute({"ti": ti}), ti
     except Exception as e:

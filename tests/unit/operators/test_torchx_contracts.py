@@ -17,12 +17,11 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from torchx.specs import AppState
 
+from tests.fakes import TI, TaskStateStore
 from tests.unit.fakes import (
     HANDLE,
-    TI,
     TRIGGER_PATH,
     FakeSchedulerHook,
-    TaskStateStore,
     _context,
     _operator,
     _terminal,

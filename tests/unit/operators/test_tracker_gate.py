@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.fakes import TI, TaskStateStore
 from tests.services import free_port
 from torchx_airflow.exceptions import TorchXConnectionError, TorchXError
 from torchx_airflow.hooks.torchx import TorchXHook
@@ -28,30 +29,6 @@ class NoSubmitHook(TorchXHook):
 
     def schedule(self, *args: Any, **kwargs: Any) -> str:
         pytest.fail("schedule() was called: the app was submitted although a tracker failed its check")
-
-
-class TI:
-    stats_tags: dict[str, str] = {}
-
-    def __init__(self) -> None:
-        self.pushed: dict[str, Any] = {}
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.pushed[key] = value
-
-
-class TaskStateStore:
-    def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
-
-    def get(self, key: str) -> Any:
-        return self.values.get(key)
-
-    def set(self, key: str, value: Any) -> None:
-        self.values[key] = value
-
-    def delete(self, key: str) -> None:
-        self.values.pop(key, None)
 
 
 @contextlib.contextmanager

@@ -11,7 +11,8 @@ import pytest
 from airflow.sdk.exceptions import TaskDeferred
 from torchx.specs import AppState
 
-from tests.unit.fakes import HANDLE, FakeSchedulerHook, TaskStateStore, _context, _operator, handle_keys
+from tests.fakes import TaskStateStore
+from tests.unit.fakes import HANDLE, FakeSchedulerHook, _context, _operator, handle_keys
 from torchx_airflow.exceptions import TorchXError
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.fakes import ListLog
 from torchx_airflow.run import kills
 from torchx_airflow.run.kills import TaskInstanceKey, kill_verdict, verdict_for_state
 
@@ -60,20 +61,10 @@ def test_a_trigger_waits_for_the_state_as_long_as_airflows_on_kill_timeout_allow
     assert kills.trigger_state_timeout() == 1.0
 
 
-class _Log:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def info(self, msg: str, *args: object) -> None:
-        self.lines.append(msg % args)
-
-    warning = info
-
-
 def test_a_guard_cancels_an_app_that_ends_with_its_process_without_asking_the_state(monkeypatch):
     """local_cwd, local_docker: no try can reattach, so a SIGTERM cancels cleanly."""
     monkeypatch.setattr(kills, "read_task_state", lambda key: pytest.fail("asked the state"))
-    guard, cancelled, log = kills.KillGuard(), [], _Log()
+    guard, cancelled, log = kills.KillGuard(), [], ListLog()
     guard.key = KEY
     guard.on_kill("local_cwd://torchx/echo-1", cancelled.append, log, outlives_launcher=False)
     assert cancelled == ["local_cwd://torchx/echo-1"]
@@ -89,9 +80,9 @@ def test_a_guard_leaves_an_app_that_outlives_its_process_and_ends_only_the_wait(
     guard, cancelled = kills.KillGuard(), []
     guard.key = KEY
     with guard.only_waiting(), pytest.raises(TorchXWaitInterruptedError):
-        guard.on_kill("slurm://torchx/42", cancelled.append, _Log())
+        guard.on_kill("slurm://torchx/42", cancelled.append, ListLog())
     assert cancelled == []
-    guard.on_kill("slurm://torchx/42", cancelled.append, _Log())  # not waiting any more: no raise
+    guard.on_kill("slurm://torchx/42", cancelled.append, ListLog())  # not waiting any more: no raise
     assert cancelled == []
 
 

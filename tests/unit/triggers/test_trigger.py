@@ -1,4 +1,5 @@
-"""TorchXAppTrigger in-process with a scripted hook: primitives only, one event, cancel rules."""
+"""TorchXAppTrigger in-process with a fake scheduler (tests/unit/fakes.py): primitives only, one
+event, cancel rules."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import time
 import pytest
 from torchx.specs import AppState, AppStatus
 
+from tests.polling import wait_until
+from tests.unit.fakes import FakeSchedulerHook
 from torchx_airflow.exceptions import TorchXConfigError
 from torchx_airflow.operators.torchx import TorchXOperator
 from torchx_airflow.triggers.torchx import TorchXAppTrigger
@@ -17,32 +20,7 @@ from torchx_airflow.triggers.torchx import TorchXAppTrigger
 HANDLE = "slurm://torchx/42"
 
 
-class ScriptedHook:
-    """Answers status() from a list of states; records cancel() and the threads calls ran on."""
-
-    def __init__(self, states: list[AppState | None]) -> None:
-        self.states = list(states)
-        self.cancelled: list[str] = []
-        self.threads: set[str] = set()
-        self.closed = False
-
-    def status(self, handle: str) -> AppStatus | None:
-        self.threads.add(threading.current_thread().name)
-        state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
-        return None if state is None else AppStatus(state=state, msg=state.name)
-
-    def statuses(self, handles: list[str]) -> dict[str, AppStatus | None]:
-        return {handle: self.status(handle) for handle in handles}
-
-    def cancel(self, handle: str) -> None:
-        self.cancelled.append(handle)
-        self.states = [AppState.CANCELLED]
-
-    def close(self) -> None:
-        self.closed = True
-
-
-def _events(trigger: TorchXAppTrigger, hook: ScriptedHook) -> list[dict]:
+def _events(trigger: TorchXAppTrigger, hook: FakeSchedulerHook) -> list[dict]:
     trigger._hook = lambda: hook  # type: ignore[method-assign]
 
     async def collect():
@@ -60,7 +38,7 @@ def test_serialize_holds_only_primitives_and_round_trips():
 
 
 def test_one_event_with_the_final_status_and_calls_off_the_event_loop():
-    hook = ScriptedHook([AppState.PENDING, AppState.RUNNING, AppState.SUCCEEDED])
+    hook = FakeSchedulerHook([AppState.PENDING, AppState.RUNNING, AppState.SUCCEEDED])
     events = _events(TorchXAppTrigger(HANDLE, poll_interval=0.01), hook)
     assert len(events) == 1
     assert events[0]["status"] == "terminal" and events[0]["state"] == "SUCCEEDED"
@@ -70,12 +48,12 @@ def test_one_event_with_the_final_status_and_calls_off_the_event_loop():
 
 
 def test_unknown_app_is_one_not_found_event():
-    events = _events(TorchXAppTrigger(HANDLE, poll_interval=0.01), ScriptedHook([None]))
+    events = _events(TorchXAppTrigger(HANDLE, poll_interval=0.01), FakeSchedulerHook([None]))
     assert [e["status"] for e in events] == ["not_found"]
 
 
 def test_deadline_cancels_the_app_and_reports_timeout():
-    hook = ScriptedHook([AppState.RUNNING])
+    hook = FakeSchedulerHook([AppState.RUNNING])
     events = _events(TorchXAppTrigger(HANDLE, poll_interval=0.05, deadline=time.time() + 0.2), hook)
     assert [e["status"] for e in events] == ["timeout"]
     assert events[0]["state"] == "CANCELLED"
@@ -106,7 +84,7 @@ def test_on_kill_cancels_only_a_running_app_of_its_own_whose_task_was_killed(
         return ti_state, True
 
     monkeypatch.setattr("torchx_airflow.run.kills.aread_task_state", answer)
-    hook = ScriptedHook([state])
+    hook = FakeSchedulerHook([state])
     trigger = TorchXAppTrigger(HANDLE, cancel_on_kill=cancel_on_kill)
     trigger.task_instance = DeferredTI()
     trigger._hook = lambda: hook  # type: ignore[method-assign]
@@ -115,7 +93,7 @@ def test_on_kill_cancels_only_a_running_app_of_its_own_whose_task_was_killed(
 
 
 def test_on_kill_outside_a_triggerer_cannot_read_the_state_and_cancels_nothing():
-    hook = ScriptedHook([AppState.RUNNING])
+    hook = FakeSchedulerHook([AppState.RUNNING])
     trigger = TorchXAppTrigger(HANDLE)
     trigger._hook = lambda: hook  # type: ignore[method-assign]
     asyncio.run(trigger.on_kill())
@@ -124,7 +102,7 @@ def test_on_kill_outside_a_triggerer_cannot_read_the_state_and_cancels_nothing()
 
 def test_a_cancelled_run_never_cancels_the_app():
     """A triggerer restart cancels run() without on_kill: the app must keep running."""
-    hook = ScriptedHook([AppState.RUNNING])
+    hook = FakeSchedulerHook([AppState.RUNNING])
     trigger = TorchXAppTrigger(HANDLE, poll_interval=0.05)
     trigger._hook = lambda: hook  # type: ignore[method-assign]
 
@@ -134,7 +112,7 @@ def test_a_cancelled_run_never_cancels_the_app():
                 pass
 
         task = asyncio.ensure_future(consume())
-        await asyncio.sleep(0.2)
+        assert await asyncio.to_thread(hook.asked.wait, 30), "the trigger never polled"
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -161,7 +139,7 @@ def test_deferrable_on_a_local_scheduler_waits_in_the_worker_with_a_warning(caps
 def test_an_event_waits_for_the_settle_time_after_the_trigger_started(monkeypatch):
     """A task resumed within seconds of deferring can be failed by Airflow 3.3 (apache/airflow#72716)."""
     monkeypatch.setattr("torchx_airflow.triggers.torchx.SETTLE_SECONDS", 0.5)
-    hook = ScriptedHook([AppState.SUCCEEDED])
+    hook = FakeSchedulerHook([AppState.SUCCEEDED])
     started = time.monotonic()
     events = _events(TorchXAppTrigger(HANDLE, poll_interval=0.01), hook)
     assert [e["status"] for e in events] == ["terminal"]
@@ -178,7 +156,7 @@ def test_triggers_ask_their_state_once_per_process_before_any_kill(monkeypatch):
         return "deferred", True
 
     monkeypatch.setattr("torchx_airflow.run.kills.aread_task_state", answer)
-    hook = ScriptedHook([AppState.RUNNING, AppState.SUCCEEDED])
+    hook = FakeSchedulerHook([AppState.RUNNING, AppState.SUCCEEDED])
 
     async def two_triggers():
         triggers = [TorchXAppTrigger(f"slurm://torchx/{n}", poll_interval=0.01) for n in (1, 2)]
@@ -196,11 +174,11 @@ def test_triggers_ask_their_state_once_per_process_before_any_kill(monkeypatch):
     assert asked == ["run_task"]
 
 
-class OutageHook(ScriptedHook):
+class OutageHook(FakeSchedulerHook):
     """Fake scheduler whose queries fail (its controller is down) while ``down`` is set."""
 
-    def __init__(self, states: list[AppState | None]) -> None:
-        super().__init__(states)
+    def __init__(self, answers: list[AppState | None]) -> None:
+        super().__init__(answers)
         self.down = threading.Event()
         self.failed = 0
 
@@ -217,9 +195,9 @@ def test_a_scheduler_outage_is_waited_out_and_logged_once_at_each_end(capsys):
     trigger = TorchXAppTrigger(HANDLE, poll_interval=0.01, outage_timeout=60)
 
     def controller_back():
-        while hook.failed < 30:  # 30 failed polls in a row, far more than the old 5 attempts
-            time.sleep(0.005)
-        hook.states = [AppState.SUCCEEDED]
+        # 30 failed polls in a row, far more than the old 5 attempts
+        wait_until(lambda: hook.failed >= 30, "30 failed polls", timeout=60, interval=0.005)
+        hook.answers = [AppState.SUCCEEDED]
         hook.down.clear()
 
     threading.Thread(target=controller_back, daemon=True).start()

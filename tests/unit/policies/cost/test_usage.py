@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from torchx.specs import AppState
 
-from tests.unit.fakes import HANDLE, TI, FakeSchedulerHook, TaskStateStore, _context, _operator, _terminal
+from tests.fakes import TI, TaskStateStore
+from tests.unit.fakes import HANDLE, FakeSchedulerHook, _context, _operator, _terminal
 from torchx_airflow.exceptions import TorchXAppFailedError, TorchXConfigError, TorchXCostLimitError
 from torchx_airflow.run.state import SUBMITTED_KEY
 from torchx_airflow.settings.prices import PriceTable
