@@ -33,7 +33,10 @@ class _Setup:
 
         from torchx_airflow.hooks.torchx import TorchXHook
         from torchx_airflow.policies.cache.records import new_record
+        from torchx_airflow.policies.cache.signing import CacheKeys
 
+        # a benchmark's own deployment key: the HMACs cost the same whatever the key
+        self.keys = CacheKeys((b"bench-deployment-cache-key-0123456789",))
         self.store = FsspecStore(str(workdir / "store"))
         data = workdir / "data.csv"
         data.write_bytes(os.urandom(ARTIFACT_BYTES))
@@ -48,9 +51,8 @@ class _Setup:
             "state": "SUCCEEDED",
             "artifacts": {"model": {"name": "model", "path": str(model), "metadata": {}}},
         }
-        self.store.cache_records.put(
-            self.key, new_record(self.key, "local_cwd://torchx/train-1", result, 3600, {})
-        )
+        record = new_record(self.key, "deployment", "local_cwd://torchx/train-1", result, 3600, {}, self.keys)
+        self.store.cache_records.put(self.key, record)
 
     def compute_key(self, secret: bool = True) -> str:
         from torchx_airflow.policies.cache.inputs import file_inputs, key_inputs, key_of, parent_inputs
@@ -78,7 +80,7 @@ class _Setup:
         )
         scheduler = self.hook.scheduler
         cfg = self.hook.resolve_cfg(scheduler, self.hook.cfg)
-        inputs = key_inputs(app, scheduler, cfg, files=file_inputs(app),
+        inputs = key_inputs(app, scheduler, cfg, keys=self.keys, files=file_inputs(app),
                             parents=parent_inputs(self.store, [self.parent]))  # fmt: skip
         return key_of(inputs)
 
@@ -89,7 +91,10 @@ class _Setup:
             def info(self, *args: Any) -> None:
                 pass
 
-        if find_record([self.store], self.compute_key(), _Quiet()) is None:
+            warning = info
+
+        found = find_record([self.store], self.compute_key(), "deployment", 3600, self.keys, _Quiet())
+        if found is None:
             raise AssertionError("the benchmark's record was not found: the key changed")
 
     def submit_and_wait(self) -> None:

@@ -34,6 +34,9 @@ os.environ.update(
         "AIRFLOW_CONN_TORCHX_DEFAULT": json.dumps(
             {"conn_type": "torchx", "extra": {"scheduler": "local_cwd"}}
         ),
+        # the deployment's cache key (a test key, no secret): cached tasks refuse to run without one
+        "AIRFLOW__TORCHX__CACHE_KEY_SECRET": "torchx_cache_key",
+        "AIRFLOW_VAR_TORCHX_CACHE_KEY": "test-deployment-cache-key-0123456789abcdef",
         # MLflow's usage telemetry off in every process of the suite (this one, servers, Airflow stacks,
         # `airflow dags test`, and the jobs, which inherit it): its client starts a thread that fetches
         # a config and, when that fails as it does offline, pops _MLFLOW_TELEMETRY_SESSION_ID from

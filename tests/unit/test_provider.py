@@ -71,14 +71,16 @@ def test_the_torchx_config_section_and_the_docs_are_rendered_from_the_options_ta
 
     from torchx_airflow.settings.options import OPTIONS, options_markdown, site_value
 
-    monkeypatch.delenv("AIRFLOW__TORCHX__MIN_POLL_INTERVAL")  # the unit tests' own setting
+    monkeypatch.delenv("AIRFLOW__TORCHX__MIN_POLL_INTERVAL")  # the unit tests' own settings
+    monkeypatch.delenv("AIRFLOW__TORCHX__CACHE_KEY_SECRET")
     section = get_provider_info()["config"]["torchx"]["options"]
     assert list(section) == [option.name for option in OPTIONS]
     for option in OPTIONS:
         assert section[option.name]["type"] == option.type
         # the default Airflow reads is the table's, and so is what the resolver falls back to
+        typed = str if option.type == "string" else float
         assert (
-            float(conf.get("torchx", option.name)) == float(option.default) == float(site_value(option.name))
+            typed(conf.get("torchx", option.name)) == typed(option.default) == typed(site_value(option.name))
         )
     page = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
     assert options_markdown() in page, (

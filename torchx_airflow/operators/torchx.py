@@ -84,6 +84,8 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
     :param cache_ignore_args: arguments left out of the key: an option name leaves out its value,
         anything else is an ``fnmatch`` pattern of whole arguments.
     :param cache_ttl: seconds (or a ``timedelta``) a recorded result is reused.
+    :param cache_scope: ``"dag"`` (a hit only from a run of the same DAG) or ``"deployment"``
+        (results shared by every DAG; None: the connection's extra, else ``[torchx] cache_scope``).
     :param policies: more policies (:class:`~torchx_airflow.run.points.RunPolicy`) joining the run,
         after the task's own.
 
@@ -113,6 +115,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         cache_salt: str = "",
         cache_ignore_args: Sequence[str] | None = None,
         cache_ttl: float | timedelta | None = None,
+        cache_scope: str | None = None,
         policies: Sequence[RunPolicy] = (),
         **kwargs: Any,
     ) -> None:
@@ -138,6 +141,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         self.cache_salt = cache_salt
         self.cache_ignore_args = checks.check_ignore_args(cache_ignore_args, where)
         self.cache_ttl = checks.check_ttl(cache_ttl, where)
+        self.cache_scope = checks.check_cache_scope(cache_scope, where)
         self.policies = tuple(policies)
         self._kills = KillGuard()
 
@@ -151,7 +155,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
 
         cache = (self.cache, self.cache_salt, self.cache_ignore_args, self.cache_ttl)
         return [
-            CachePolicy(*cache, self.app_parts(), self.artifact_assets),
+            CachePolicy(*cache, self.app_parts(), self.artifact_assets, scope=self.cache_scope),
             CostPolicy(self.max_cost, self.expected_duration),
             ResubmissionPolicy(self.infrastructure_retries, self.checkpoint_artifact),
             *self.policies,

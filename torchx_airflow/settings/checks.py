@@ -159,6 +159,12 @@ def check_cost_params(
 
 def check_cache(cache: Any, wait_for_completion: bool, where: str) -> bool | None:
     """A task's ``cache``: True, False or None (the connection decides); True needs waiting."""
+    if cache is not None and not isinstance(cache, bool):
+        # "false" is truthy: a string would turn caching on where its author meant it off
+        raise TorchXConfigError(
+            f"{where}: cache must be True or False (or None: the connection decides), got {cache!r}. "
+            "Write it as a Python boolean, e.g. cache=True."
+        )
     if cache and not wait_for_completion:
         raise TorchXConfigError(
             f"{where}: cache=True needs wait_for_completion=True: a task that does not wait never sees "
@@ -166,3 +172,35 @@ def check_cache(cache: Any, wait_for_completion: bool, where: str) -> bool | Non
             "or cache=False."
         )
     return cache
+
+
+CACHE_SCOPES = ("dag", "deployment")
+
+
+def check_cache_scope(value: Any, where: str) -> str | None:
+    """``cache_scope``: ``"dag"`` (hits only within the DAG) or ``"deployment"``; None: the next level.
+
+    >>> check_cache_scope("deployment", "Task 't'")
+    'deployment'
+    """
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or value.strip() not in CACHE_SCOPES:
+        raise TorchXConfigError(
+            f"{where}: cache_scope must be one of {list(CACHE_SCOPES)}, got {value!r}. Give 'dag' (the "
+            "default: a task takes only results of its own DAG) or 'deployment' (results shared by every "
+            "DAG of the deployment)."
+        )
+    return value.strip()
+
+
+def check_secret_id(value: Any, where: str) -> str | None:
+    """The id of an Airflow Variable or Connection (``[torchx] cache_key_secret``); None when unset."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if not isinstance(value, str) or any(c.isspace() for c in value.strip()):
+        raise TorchXConfigError(
+            f"{where} must be the id of an Airflow Variable or Connection holding the cache key, got "
+            f"{value!r}. Give e.g. torchx_cache_key (AIRFLOW_VAR_TORCHX_CACHE_KEY=<key>)."
+        )
+    return value.strip()

@@ -5,7 +5,7 @@ Connection extra (all optional)::
     {"scheduler": "slurm", "cfg": {"partition": "gpu", "time": "01:00:00"}, "trackers": ["mlflow_default"],
      "env_passthrough": ["CUDA_HOME", "NCCL_*"], "outage_timeout": 1800, "infrastructure_retries": 3,
      "prices": {"cpu_hour": 0.05, "gpu_hour": {"a100": 2.5, "default": 1.0}, "mem_gb_hour": 0.005},
-     "cache": true, "cache_ttl": 604800}
+     "cache": true, "cache_ttl": 604800, "cache_scope": "dag"}
 
 ``outage_timeout``: seconds a wait on this connection's scheduler goes on while the scheduler gives
 no answer (a task's own ``outage_timeout`` wins; unset: ``[torchx] outage_timeout``, 600 s).
@@ -15,7 +15,8 @@ see ``torchx_airflow.policies.resubmission``).
 ``prices``: the price table that turns a run's usage into a cost (``torchx_airflow.policies.cost.pricing``).
 ``cache``: whether the connection's tasks are cached (``policies.cache.keys``) unless a task says
 otherwise (default false); ``cache_ttl``: seconds a cache record is used (a task's own wins; default
-30 days).
+30 days); ``cache_scope``: ``dag`` (hits only within a DAG) or ``deployment`` (a task's own wins;
+unset: ``[torchx] cache_scope``, ``dag``).
 
 Also the parsers other connection types share: a JSON-object extra, the list of known extra keys.
 """
@@ -49,6 +50,7 @@ class TorchXConnectionSettings:
     prices: PriceTable | None = None
     cache: bool = False
     cache_ttl: float | None = None
+    cache_scope: str | None = None
 
     @classmethod
     def from_extra(cls, conn_id: str, extra: Mapping[str, Any]) -> TorchXConnectionSettings:
@@ -77,6 +79,7 @@ class TorchXConnectionSettings:
             prices=PriceTable.from_extra(conn_id, get("prices")),
             cache=parse_bool(conn_id, "cache", get("cache")),
             cache_ttl=_parse_cache_ttl(conn_id, get("cache_ttl")),
+            cache_scope=_parse_cache_scope(conn_id, get("cache_scope")),
         )
 
 
@@ -99,6 +102,15 @@ def _parse_cache_ttl(conn_id: str, value: Any) -> float | None:
             f"Connection {conn_id!r}: extra 'cache_ttl' must be a positive number of seconds, got "
             f"{value!r}. Write it as e.g. 604800 (7 days)."
         ) from None
+
+
+def _parse_cache_scope(conn_id: str, value: Any) -> str | None:
+    from torchx_airflow.settings.checks import check_cache_scope
+
+    try:
+        return check_cache_scope(value, f"Connection {conn_id!r}")
+    except TorchXConfigError as e:  # a connection's is a connection error
+        raise TorchXConnectionError(f'{e} Set extra \'cache_scope\' to "dag" or "deployment".') from None
 
 
 def _parse_outage_timeout(conn_id: str, value: Any) -> float | None:

@@ -20,12 +20,12 @@ VERSION_ADDED = "0.1.0"
 
 @dataclass(frozen=True)
 class SiteOption:
-    """One ``[torchx]`` option: its type (``float`` or ``integer``), default, example and text, and
-    the check its value passes wherever it is given."""
+    """One ``[torchx]`` option: its type (``float``, ``integer`` or ``string``), default, example and
+    text, and the check its value passes wherever it is given."""
 
     name: str
     type: str
-    default: float | int
+    default: float | int | str
     example: str
     description: str
     overridden_by: str
@@ -43,7 +43,7 @@ class SiteOption:
             return check(value, self.name, where)
         return check(value, where)
 
-    def read(self) -> float | int:
+    def read(self) -> float | int | str:
         """The option's value in the Airflow config, checked; its default when unset."""
         from airflow.sdk.configuration import conf
 
@@ -121,6 +121,29 @@ OPTIONS: tuple[SiteOption, ...] = (
         "a torchx connection's extra cache_ttl, a task's cache_ttl",
         "check_ttl",
     ),
+    SiteOption(
+        "cache_key_secret",
+        "string",
+        "",
+        "torchx_cache_key",
+        "Id of the Airflow Variable (else Connection, its password) holding the deployment's cache key: "
+        "one key of 32 characters or more, or a JSON list of keys (the first signs, all verify). Cache "
+        "records are signed with it and secret values enter cache keys as an HMAC under it; no job "
+        "receives it. Unset: a cached task refuses to run, naming this option.",
+        "nothing: it is the deployment's",
+        "check_secret_id",
+    ),
+    SiteOption(
+        "cache_scope",
+        "string",
+        "dag",
+        "deployment",
+        "Which tasks share cached results: dag (only tasks of the same DAG) or deployment (every DAG "
+        "of this Airflow with the same cache key; a hit then hands one DAG another DAG's result, "
+        "handle and artifact paths).",
+        "a torchx connection's extra cache_scope, a task's cache_scope",
+        "check_cache_scope",
+    ),
 )
 
 BY_NAME = {option.name: option for option in OPTIONS}
@@ -160,7 +183,9 @@ def _number(text: Any) -> Any:
         return text
 
 
-def _text(value: float | int) -> str:
+def _text(value: float | int | str) -> str:
+    if isinstance(value, str):
+        return value
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
@@ -171,9 +196,9 @@ def options_markdown() -> str:
         "| --- | --- | --- | --- | --- |",
     ]
     for option in OPTIONS:
+        default = f"`{_text(option.default)}`" if _text(option.default) else "(unset)"
         rows.append(
-            f"| `{option.name}` | {option.type} | `{_text(option.default)}` | {option.overridden_by} | "
-            f"{option.description} |"
+            f"| `{option.name}` | {option.type} | {default} | {option.overridden_by} | {option.description} |"
         )
     return "\n".join(rows) + "\n"
 

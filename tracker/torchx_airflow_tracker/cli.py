@@ -94,11 +94,23 @@ def build_parser() -> argparse.ArgumentParser:
     runs = sub.add_parser("list", help="run ids in the store")
     runs.add_argument("--parent", help="only the runs that have this run as a source")
     sub.add_parser("reindex", help="fsspec: read every run's sources into the index again")
-    cache = sub.add_parser("cache", help="the provider's cache records (torchx_airflow.policies.cache.inputs)")
+    cache = sub.add_parser(
+        "cache", help="the provider's cache records (torchx_airflow.policies.cache.inputs)"
+    )
     cache.add_argument("action", choices=["list", "show", "delete", "prune"],
                        help="list the keys; show or delete one; prune: delete the expired ones")  # fmt: skip
     cache.add_argument("key", nargs="?", help="the cache key (show, delete)")
     return parser
+
+
+def _expires(record: Any) -> float:
+    """A record's ``expires`` (0 when it has none); ``ValueError`` unless it is a finite number."""
+    import math
+
+    value = record.get("expires") or 0
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"its 'expires' is not a finite number ({value!r})")
+    return float(value)
 
 
 def _cache(store: TrackerBase, action: str, key: str | None) -> str:
@@ -128,8 +140,14 @@ def _cache(store: TrackerBase, action: str, key: str | None) -> str:
         return f"deleted {key}"
     lines, now = [], time.time()
     for found in records.keys():
-        record = records.get(found) or {}
-        expired = float(record.get("expires") or 0) <= now
+        try:
+            record = records.get(found) or {}
+            expired = _expires(record) <= now
+        except (TypeError, ValueError, AttributeError) as e:  # a job may write anything: skip it, go on
+            print(
+                f"warning: cache record {found} skipped, malformed: {type(e).__name__}: {e}", file=sys.stderr
+            )
+            continue
         if action == "prune" and expired:
             records.delete(found)
             lines.append(f"deleted {found} (expired)")

@@ -7,13 +7,18 @@ With ``TorchXOperator(cache=True)`` (or ``@task.torchx(cache=True)``, or the con
 - the app as the scheduler would get it: every role's image (and its digest, where the scheduler
   layer has one), entrypoint, rendered arguments, env names and values, resources, replicas, retry
   policy, ports and mounts, and the app's metadata; values that are secrets (names Airflow's masker
-  hides, values holding a secret it knows, URL passwords) enter as a salted PBKDF2 digest, never
-  as themselves. The provider's own variables (the tracker config, the OpenLineage parent) and the
-  app's name are left out: they say where a run is recorded, not what it computes;
+  hides, values holding a secret it knows, URL passwords) enter as an HMAC-SHA256 under the
+  deployment's cache key (``policies.cache.signing``), never as themselves: a digest in the task
+  log cannot be tested against guesses without that key, and deployments with different keys get
+  different keys (they never share cache hits). The provider's own variables (the tracker config,
+  the OpenLineage parent) and the app's name are left out: they say where a run is recorded, not
+  what it computes;
 - the scheduler and its resolved run options (``cfg`` with the scheduler's defaults filled in);
 - the local files the arguments name (job scripts, configs), by content (``fingerprints``);
 - every artifact of every parent run (the nearest upstream TorchX apps and tracked tasks, as for
   lineage): its path and what its store offers about it (content digest, ETag, size, time);
+- the scope (``cache_scope``): ``dag:<dag_id>`` by default, so a hit never crosses DAGs, or
+  ``deployment``;
 - ``cache_salt``, and the key format's version.
 
 ``cache_ignore_args`` leaves arguments out: ``"--out"`` the value of the option ``--out`` (``--out
@@ -22,13 +27,13 @@ matched against whole arguments (``"/tmp/run-*"``). Ignored values are replaced,
 component still parses its arguments: for a component they apply to ``component_args``, for an
 ``AppDef`` to each role's arguments.
 
-A record (``policies.cache.records``) ``{app_handle, result, created, expires, outputs, airflow}``
-goes to every tracker store of the task when a run with that key SUCCEEDED (never for a failed or
-cancelled one), under the key (``torchx_airflow_tracker.cache_records``). The next task with the
-same key finds it in the first store that has it, unexpired (``cache_ttl``, default 30 days),
-checks that the run's outputs (its artifacts) still hold what they held, and returns its result
-with ``cache_hit: True`` and ``cached_from: <handle>``, submitting nothing. Anything the key needs
-that cannot be read (a parent's artifact that is gone, a tracker that does not answer) turns
+A signed record (``policies.cache.records``) goes to every tracker store of the task when a run
+with that key SUCCEEDED (never for a failed or cancelled one), under the key
+(``torchx_airflow_tracker.cache_records``). The next task with the same key finds it in the first
+store that has it, checks its signature and scope, that it has not expired (``cache_ttl``, default
+30 days) and that the run's outputs (its artifacts) still hold what they held, and returns its
+result with ``cache_hit: True`` and ``cached_from: <handle>``, submitting nothing. Anything the key
+needs that cannot be read (a parent's artifact that is gone, a tracker that does not answer) turns
 caching off for that execution, with a warning: the task runs, and records no key.
 """
 
@@ -46,13 +51,12 @@ if TYPE_CHECKING:
     from torchx.specs import AppDef
     from torchx.tracker.api import TrackerBase
 
-KEY_VERSION = 1
+    from torchx_airflow.policies.cache.signing import CacheKeys
+
+KEY_VERSION = 2
 
 #: What an ignored argument's value becomes in the app the key is computed from.
 IGNORED = "<cache_ignore_args>"
-#: task_state_store (and XCom) key of the cache key of the task's submission.
-# PBKDF2 rounds for secret values in a key: the key is stored, and a guess costs this many hashes
-SECRET_ROUNDS = 100_000
 _GLOB = re.compile(r"[*?\[]")
 _NUMBER = re.compile(r"^-\d")
 
@@ -99,10 +103,9 @@ def ignore_args(args: Sequence[str], rules: Sequence[str]) -> list[str]:
 # the key
 
 
-def secret_digest(name: str, value: str) -> str:
-    """What a secret value adds to a key: a PBKDF2-SHA256 digest salted with its name, slow to guess."""
-    salt = f"torchx-airflow-cache:{name}".encode()
-    return hashlib.pbkdf2_hmac("sha256", value.encode(), salt, SECRET_ROUNDS).hex()
+def secret_digest(name: str, value: str, keys: CacheKeys) -> str:
+    """What a secret value adds to a key: its HMAC-SHA256 under the deployment's cache key."""
+    return keys.digest(name, value)
 
 
 def _holds_secret(text: str) -> bool:
@@ -111,21 +114,21 @@ def _holds_secret(text: str) -> bool:
     return bool(uri_secrets(text)) or redact_text(text) != text
 
 
-def _shown(name: str, value: Any, secret: bool) -> Any:
+def _shown(name: str, value: Any, secret: bool, keys: CacheKeys) -> Any:
     if secret or (isinstance(value, str) and _holds_secret(value)):
-        return {"secret_pbkdf2": secret_digest(name, str(value))}
+        return {"secret_hmac": secret_digest(name, str(value), keys)}
     return value
 
 
-def _role_doc(role: Any, digests: Mapping[str, str]) -> dict[str, Any]:
+def _role_doc(role: Any, digests: Mapping[str, str], keys: CacheKeys) -> dict[str, Any]:
     from torchx_airflow.apps import json_safe
     from torchx_airflow.schedulers.env import secret_env_names
 
     doc: dict[str, Any] = json_safe(dataclasses.asdict(role))  # every field, whatever TorchX's version
     secret = secret_env_names({str(k): str(v) for k, v in role.env.items()})
-    doc["env"] = {str(k): _shown(str(k), str(v), str(k) in secret) for k, v in sorted(role.env.items())}
-    doc["args"] = [_shown(f"{role.name}.args", str(a), False) for a in role.args]
-    doc["entrypoint"] = _shown(f"{role.name}.entrypoint", str(role.entrypoint), False)
+    doc["env"] = {str(k): _shown(str(k), str(v), str(k) in secret, keys) for k, v in sorted(role.env.items())}
+    doc["args"] = [_shown(f"{role.name}.args", str(a), False, keys) for a in role.args]
+    doc["entrypoint"] = _shown(f"{role.name}.entrypoint", str(role.entrypoint), False, keys)
     doc["image_digest"] = digests.get(role.image)
     return doc
 
@@ -135,6 +138,8 @@ def key_inputs(
     scheduler: str,
     cfg: Mapping[str, Any],
     *,
+    keys: CacheKeys,
+    scope: str = "deployment",
     files: Mapping[str, Any] | None = None,
     parents: Sequence[Mapping[str, Any]] = (),
     salt: str = "",
@@ -144,6 +149,8 @@ def key_inputs(
 
     :param app: the task's app without the provider's env, ignored arguments replaced.
     :param cfg: the scheduler's resolved run options.
+    :param keys: the deployment's cache keys (secret values enter as an HMAC under the first).
+    :param scope: ``dag:<dag_id>`` or ``deployment`` (``cache_scope``): tasks share hits only within it.
     :param files: path -> fingerprint of the local files the arguments name.
     :param parents: ``{"path", "fingerprint"}`` of every artifact of every parent run.
     :param image_digests: image -> digest, where the scheduler layer resolves one.
@@ -156,16 +163,17 @@ def key_inputs(
         "version": KEY_VERSION,
         "scheduler": scheduler,
         "cfg": {
-            str(k): _shown(f"cfg.{k}", json_safe(v), should_hide_value_for_key(str(k)))
+            str(k): _shown(f"cfg.{k}", json_safe(v), should_hide_value_for_key(str(k)), keys)
             for k, v in sorted(cfg.items())
         },
         "app": {
             "metadata": json_safe(dict(app.metadata or {})),
-            "roles": [_role_doc(role, digests) for role in app.roles],
+            "roles": [_role_doc(role, digests, keys) for role in app.roles],
         },
         "files": dict(sorted((files or {}).items())),
         "parents": sorted((dict(p) for p in parents), key=lambda p: json.dumps(p, sort_keys=True)),
         "salt": salt,
+        "scope": scope,
     }
 
 

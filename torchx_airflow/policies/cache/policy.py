@@ -1,4 +1,4 @@
-"""A task's cache (``policies.cache.keys``) as the operator drives it: key, lookup, hit, record.
+"""A task's cache (``policies.cache.inputs``) as the operator drives it: key, lookup, hit, record.
 
 ``TaskCache`` takes values (the task's hook, trackers, context), never the operator. Before
 submitting, ``key`` computes the task's key and ``lookup`` finds a usable record; a hit is turned
@@ -11,7 +11,9 @@ A hit leaves the same traces as a run: XCom ``app_handle`` (the earlier run's ha
 run is the task's own ``airflow://<dag>/<run>/<task>[/<map>]`` run: its sources are the task's DAG
 parents (named by artifact, as for an app) and the earlier run, its metadata the Airflow identity
 plus ``airflow_cached_from`` (the earlier handle) and ``airflow_cache_key``, its artifacts the
-earlier run's; children of the task link to it as to any tracked run.
+earlier run's; children of the task link to it as to any tracked run. A hit's result is the
+signed record's (``policies.cache.records``); its extra links are only ever http(s) URLs, and its
+``cost`` is 0 (nothing was spent), the earlier run's usage and cost under ``cached_usage``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from torchx_airflow.policies.cache.inputs import (
     parent_inputs,
 )
 from torchx_airflow.policies.cache.records import find_record, new_record, write_record
+from torchx_airflow.policies.cache.signing import CacheKeys, deployment_keys
 from torchx_airflow.run.execution import NEW, REATTACHED
 from torchx_airflow.run.points import RunPolicy, ShortCut
 from torchx_airflow.run.state import CACHE_KEY, HANDLE_KEY
@@ -48,12 +51,51 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class CacheSettings:
-    """What a task's cache needs to know besides its app: ``cache_salt``, ``cache_ignore_args`` and
-    ``cache_ttl`` (seconds)."""
+    """What a task's cache needs to know besides its app: ``cache_salt``, ``cache_ignore_args``,
+    ``cache_ttl`` (seconds), the scope (``dag:<dag_id>`` or ``deployment``) and the deployment's keys."""
 
+    keys: CacheKeys
     salt: str = ""
     ignore_args: tuple[str, ...] = ()
     ttl: float = float(BY_NAME["cache_ttl"].default)
+    scope: str = "deployment"
+
+
+def scope_of(cache_scope: str, dag_id: str) -> str:
+    """The scope a key and its record carry: ``dag:<dag_id>`` for ``"dag"``, else ``deployment``.
+
+    >>> scope_of("dag", "train")
+    'dag:train'
+    """
+    return f"dag:{dag_id}" if cache_scope == "dag" else "deployment"
+
+
+def is_web_url(value: Any) -> bool:
+    """Whether ``value`` may become an extra link: an http(s) URL (never ``javascript:`` or ``data:``).
+
+    >>> is_web_url("javascript:alert(1)"), is_web_url("https://ui.example/app/1")
+    (False, True)
+    """
+    from urllib.parse import urlsplit
+
+    if not isinstance(value, str) or any(ord(c) < 33 for c in value):
+        return False
+    parts = urlsplit(value)
+    return parts.scheme.lower() in ("http", "https") and bool(parts.netloc)
+
+
+def hit_result(record: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """A hit's result from a verified record: nothing was spent (``cost`` 0), the earlier run's
+    usage and cost are referenced under ``cached_usage``; a ``ui_url`` that is not http(s) is dropped."""
+    handle = str(record["app_handle"])
+    result = {**record["result"], "cache_hit": True, "cached_from": handle, "cache_key": key}
+    spent = {k: result.pop(k) for k in ("usage", "cost") if k in result}
+    if spent:
+        result["cached_usage"] = {**spent, "app_handle": handle}
+        result["cost"] = 0.0
+    if "ui_url" in result and not is_web_url(result["ui_url"]):
+        result.pop("ui_url")
+    return result
 
 
 def cache_enabled(task_value: bool | None, connection_value: bool, wait_for_completion: bool) -> bool:
@@ -135,6 +177,8 @@ class TaskCache:
                 app,
                 scheduler,
                 cfg,
+                keys=self.settings.keys,
+                scope=self.settings.scope,
                 files=file_inputs(app),
                 parents=parent_inputs(self.trackers.stores[0], parents) if parents else [],
                 salt=self.settings.salt,
@@ -160,6 +204,9 @@ class TaskCache:
             find_record,
             self.trackers.stores,
             key,
+            self.settings.scope,
+            self.settings.ttl,
+            self.settings.keys,
             self.log,
         )
         return record if done else None
@@ -189,7 +236,8 @@ class TaskCache:
         airflow = airflow_metadata(context)  # asked of Airflow here, not in the writing thread
 
         def write() -> int:
-            record = new_record(key, app_handle, result, self.settings.ttl, airflow)
+            settings = self.settings
+            record = new_record(key, settings.scope, app_handle, result, settings.ttl, airflow, settings.keys)
             return write_record(self.trackers.stores, key, record, self.log)
 
         done, written = call_within(self.tracker_timeout, f"Writing cache record {key}", write)
@@ -210,7 +258,7 @@ class TaskCache:
         from torchx_airflow.lineage.keys import XCOM_RUN_ID, XCOM_TRACKER_URL, XCOM_UI_URL
 
         handle = str(record["app_handle"])
-        result = {**record["result"], "cache_hit": True, "cached_from": handle, "cache_key": key}
+        result = hit_result(record, key)
         when = (record.get("airflow") or {}).get("airflow_run_id", "?")
         self.log.info(
             "TorchX cache hit: key %s is that of %s (run %s), which SUCCEEDED: nothing submitted",
@@ -219,11 +267,11 @@ class TaskCache:
             when,
         )
         ti = context["ti"]
-        if result.get("ui_url"):
+        if is_web_url(result.get("ui_url")):
             ti.xcom_push(key=XCOM_UI_URL, value=result["ui_url"])
         run_id, tracker_url = self._record_hit(handle, key, result, app, context)
         ti.xcom_push(key=XCOM_RUN_ID, value=run_id)
-        if tracker_url is not None:
+        if is_web_url(tracker_url):
             ti.xcom_push(key=XCOM_TRACKER_URL, value=tracker_url)
         emit_asset_events(context, artifact_assets, result)
         return result
@@ -271,6 +319,7 @@ class CachePolicy(RunPolicy):
     :param ttl: the task's ``cache_ttl`` (None: the connection's, else ``[torchx] cache_ttl``).
     :param app_parts: what the task's app is built from (``TorchXDryRunOperator.app_parts``).
     :param artifact_assets: the asset events a hit emits, as a run does.
+    :param scope: the task's ``cache_scope`` (None: the connection's, else ``[torchx] cache_scope``).
     """
 
     def __init__(
@@ -281,8 +330,10 @@ class CachePolicy(RunPolicy):
         ttl: float | None,
         app_parts: Mapping[str, Any],
         artifact_assets: Mapping[str, Asset | AssetAlias],
+        scope: str | None = None,
     ) -> None:
         self.cache, self.salt, self.ignore_args, self.ttl = cache, salt, ignore_args, ttl
+        self.scope = scope
         self.app_parts = dict(app_parts)
         self.artifact_assets = artifact_assets
         self._task_cache: TaskCache | None = None
@@ -305,8 +356,10 @@ class CachePolicy(RunPolicy):
                 "Give it tracker connections (tracker_conn_ids or the connection's extra 'trackers'), or "
                 "set cache=False. Nothing was submitted."
             )
+        keys = deployment_keys(run.where)  # before anything is submitted: no key, no cache
         ttl = float(resolve("cache_ttl", self.ttl, settings.cache_ttl))
-        settings_ = CacheSettings(str(self.salt or ""), self.ignore_args, ttl)
+        scope = scope_of(str(resolve("cache_scope", self.scope, settings.cache_scope)), run.ti.dag_id)
+        settings_ = CacheSettings(keys, str(self.salt or ""), self.ignore_args, ttl, scope)
         self._task_cache = TaskCache(settings_, run.trackers, run.tracker_timeout, run.log)
         return self._task_cache
 

@@ -1,28 +1,45 @@
 """A task's cache records: made when a run SUCCEEDED, found and checked before submitting.
 
-A record ``{app_handle, result, created, expires, outputs, airflow}`` goes to every tracker store of
-the task under its key (the stores keep it where TorchX's readers do not look:
-``torchx_airflow_tracker.cache_records``). A lookup takes the first store's record that is unexpired
-and whose outputs (the run's artifacts) still hold what they held.
+A record ``{version, key, scope, app_handle, state, result, created, expires, outputs, airflow,
+signature}`` goes to every tracker store of the task under its key (the stores keep it where
+TorchX's readers do not look: ``torchx_airflow_tracker.cache_records``). ``signature`` is the
+HMAC-SHA256 of every other field under the deployment's cache key (``policies.cache.signing``),
+which no job receives: a store is writable by every job tracking to it, so a record is used only
+when its signature verifies, it names this key, this scope and a run that SUCCEEDED, it has not
+expired (the shorter of the writer's ``expires`` and the reader's ``cache_ttl``), and its outputs
+(the run's artifacts) still hold what they held. Anything else is a miss; one the launcher could not
+have written (unsigned, badly signed, inconsistent, malformed) is a miss with a warning.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.policies.cache.inputs import KEY_VERSION
+from torchx_airflow.policies.cache.signing import SIGNATURE_FIELD
 
 if TYPE_CHECKING:
     from torchx.tracker.api import TrackerBase
 
+    from torchx_airflow.policies.cache.signing import CacheKeys
+
+SUCCEEDED = "SUCCEEDED"
+
 
 def new_record(
-    key: str, app_handle: str, result: Mapping[str, Any], ttl: float, airflow: Mapping[str, Any]
+    key: str,
+    scope: str,
+    app_handle: str,
+    result: Mapping[str, Any],
+    ttl: float,
+    airflow: Mapping[str, Any],
+    keys: CacheKeys,
 ) -> dict[str, Any]:
-    """The record of a run that SUCCEEDED: its result, when it expires, what its outputs hold now
-    (a fingerprint per artifact path; None for one this process cannot read, not checked later)."""
+    """The signed record of a run that SUCCEEDED: its result, when it expires, what its outputs hold
+    now (a fingerprint per artifact path; None for one this process cannot read, not checked later)."""
     from torchx_airflow.apps import json_safe
     from torchx_airflow.policies.cache.fingerprints import FingerprintError, fingerprint
 
@@ -35,37 +52,78 @@ def new_record(
             except FingerprintError:
                 outputs[path] = None
     now = time.time()
-    return {
+    record = {
         "version": KEY_VERSION,
         "key": key,
+        "scope": scope,
         "app_handle": app_handle,
+        "state": SUCCEEDED,
         "result": json_safe(dict(result)),
         "created": now,
         "expires": now + ttl,
         "outputs": outputs,
         "airflow": json_safe(dict(airflow)),
     }
+    record[SIGNATURE_FIELD] = keys.sign(record)
+    return record
 
 
-def usable(record: Any, key: str, now: float | None = None) -> str | None:
-    """Why ``record`` cannot be used for ``key`` (not one, expired, outputs changed), or None."""
+class Forged(Exception):  # noqa: N818 - a reason, not an error
+    """A record the launcher could not have written as it is: a miss with a warning."""
+
+
+def _number(record: Mapping[str, Any], name: str) -> float:
+    value = record.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise Forged(f"its {name!r} is not a finite number ({value!r})")
+    return float(value)
+
+
+def _check_trusted(record: Any, key: str, scope: str, keys: CacheKeys) -> None:
+    """Raise ``Forged`` unless ``record`` is signed under the deployment's keys and consistent."""
+    if not isinstance(record, dict):
+        raise Forged("it is not a JSON object")
+    fields = {k: v for k, v in record.items() if k != SIGNATURE_FIELD}
+    if SIGNATURE_FIELD not in record:
+        raise Forged("it is unsigned")
+    if not keys.verify(fields, record[SIGNATURE_FIELD]):
+        raise Forged("its signature does not verify under this deployment's cache key")
+    # signed, so written by a launcher of this deployment: still, it must be this key's, this scope's
+    if record.get("version") != KEY_VERSION or record.get("key") != key:
+        raise Forged("it is the record of another key")
+    if record.get("scope") != scope:
+        raise Forged(f"it belongs to the scope {record.get('scope')!r}, not {scope!r}")
+    handle, result = record.get("app_handle"), record.get("result")
+    if record.get("state") != SUCCEEDED or not isinstance(handle, str) or not isinstance(result, dict):
+        raise Forged("it names no run that SUCCEEDED")
+    if result.get("app_handle", handle) != handle or not isinstance(record.get("outputs") or {}, dict):
+        raise Forged("its result is not that of the run it names")
+    _number(record, "created"), _number(record, "expires")
+
+
+def usable(
+    record: Any, key: str, scope: str, ttl: float, keys: CacheKeys, now: float | None = None
+) -> tuple[str, bool] | None:
+    """Why ``record`` cannot be used for ``key`` in ``scope``, and whether that is suspicious (the
+    launcher could not have written it so), or None when it is usable."""
     from torchx_airflow.policies.cache.fingerprints import FingerprintError, fingerprint
 
-    if not isinstance(record, dict) or record.get("key") != key or record.get("version") != KEY_VERSION:
-        return "not a record of this key"
-    if not isinstance(record.get("result"), dict) or not isinstance(record.get("app_handle"), str):
-        return "not a record of this key"
-    if float(record.get("expires") or 0) <= (time.time() if now is None else now):
-        return "expired"
+    try:
+        _check_trusted(record, key, scope, keys)
+    except Forged as e:
+        return str(e), True
+    until = min(float(record["expires"]), float(record["created"]) + ttl)  # the reader's TTL too
+    if until <= (time.time() if now is None else now):
+        return "expired", False
     for path, held in (record.get("outputs") or {}).items():
         if held is None:
             continue
         try:
             now_holds = fingerprint(path)
         except FingerprintError as e:
-            return f"its output {path!r} is gone ({e})"
+            return f"its output {path!r} is gone ({e})", False
         if now_holds != held:
-            return f"its output {path!r} changed since"
+            return f"its output {path!r} changed since", False
     return None
 
 
@@ -74,19 +132,42 @@ def cache_records(store: TrackerBase) -> Any:
     return getattr(store, "cache_records", None)
 
 
-def find_record(stores: Sequence[TrackerBase], key: str, task_log: Any) -> dict[str, Any] | None:
-    """The first usable record of ``key`` in ``stores`` (in order); reasons to skip one are logged."""
+def find_record(
+    stores: Sequence[TrackerBase],
+    key: str,
+    scope: str,
+    ttl: float,
+    keys: CacheKeys,
+    task_log: Any,
+) -> dict[str, Any] | None:
+    """The first usable record of ``key`` in ``stores`` (in order). A record skipped is logged once
+    (a warning when the launcher could not have written it); a store that cannot be read is a
+    warning and the next store is asked."""
     for store in stores:
         records = cache_records(store)
         if records is None:
             continue
-        record = records.get(key)
+        try:
+            record = records.get(key)
+        except Exception as e:  # a malformed record or an unreadable store never stops the lookup
+            task_log.warning("Cache record %s in %r not read: %s: %s", key, store, type(e).__name__, e)
+            continue
         if record is None:
             continue
-        reason = usable(record, key)
-        if reason is None:
+        why = usable(record, key, scope, ttl, keys)
+        if why is None:
             return record
-        task_log.info("Cache record %s in %r not used: %s", key, store, reason)
+        reason, suspicious = why
+        if suspicious:
+            task_log.warning(
+                "Cache record %s in %r ignored (a miss): %s. Only the launcher of this deployment signs "
+                "records; this one may have been written by a job or anyone with the store's credentials.",
+                key,
+                store,
+                reason,
+            )
+        else:
+            task_log.info("Cache record %s in %r not used: %s", key, store, reason)
     return None
 
 

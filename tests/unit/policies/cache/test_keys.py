@@ -27,9 +27,11 @@ from torchx_airflow.policies.cache.inputs import (
 )
 from torchx_airflow.policies.cache.policy import cache_enabled, key_app
 from torchx_airflow.policies.cache.records import new_record, usable
+from torchx_airflow.policies.cache.signing import CacheKeys
 from torchx_airflow.settings.checks import check_ignore_args, check_ttl
 
 SECRET = "cache-Secret-Value-7731"
+KEYS = CacheKeys((b"unit-test-deployment-key-0123456789",))
 
 
 @pytest.fixture
@@ -66,7 +68,7 @@ def _key(
         rules=rules,
     )
     parents = parent_inputs(parent[0], [parent[1]]) if parent else []
-    inputs = key_inputs(app, "local_cwd", cfg or {"log_dir": None, "prepend_cwd": False},
+    inputs = key_inputs(app, "local_cwd", cfg or {"log_dir": None, "prepend_cwd": False}, keys=KEYS,
                         files=file_inputs(app), parents=parents, salt=salt)  # fmt: skip
     return key_of(inputs), inputs
 
@@ -147,7 +149,7 @@ def test_ignored_arguments_leave_the_key_as_it_was(job, parent):
     assert IGNORED in app.roles[0].args
     parents = parent_inputs(parent[0], [parent[1]])
     cfg = {"log_dir": None, "prepend_cwd": False}
-    other = key_of(key_inputs(app, "local_cwd", cfg, files=file_inputs(app), parents=parents))
+    other = key_of(key_inputs(app, "local_cwd", cfg, keys=KEYS, files=file_inputs(app), parents=parents))
     assert other == baseline
     assert _key(job, parent, rules=["--out"], args=["--log-level", "debug"])[0] != baseline
 
@@ -181,7 +183,7 @@ def test_the_key_never_holds_a_secret_in_any_form(job, parent):
     _, inputs = _key(job, parent, env={"API_TOKEN": SECRET, "DB_URL": f"postgresql://u:{SECRET}@db/x"})
     text = json.dumps(inputs)
     assert find_secret(SECRET, text) == []
-    assert inputs["app"]["roles"][0]["env"]["API_TOKEN"].keys() == {"secret_pbkdf2"}
+    assert inputs["app"]["roles"][0]["env"]["API_TOKEN"].keys() == {"secret_hmac"}
 
 
 def test_the_app_name_is_not_part_of_the_key(job):
@@ -190,7 +192,7 @@ def test_the_app_name_is_not_part_of_the_key(job):
         app = key_app(
             name, component="utils.python", component_args=args, app=None, env=None, app_name=None, rules=()
         )
-        return key_of(key_inputs(app, "local_cwd", {}, files=file_inputs(app)))
+        return key_of(key_inputs(app, "local_cwd", {}, keys=KEYS, files=file_inputs(app)))
 
     assert key("train") == key("train_again")
 
@@ -202,14 +204,17 @@ def test_a_record_is_usable_until_it_expires_or_its_outputs_change(tmp_path):
         "state": "SUCCEEDED",
         "artifacts": {"model": {"name": "model", "path": str(out), "metadata": {}}},
     }
-    record = new_record("a" * 64, "local_cwd://torchx/t-1", result, 60, {"airflow_dag_id": "d"})
-    assert usable(record, "a" * 64) is None
-    assert usable(record, "b" * 64) == "not a record of this key"
-    assert usable(record, "a" * 64, now=time.time() + 61) == "expired"
+    key, scope = "a" * 64, "dag:d"
+    record = new_record(key, scope, "local_cwd://torchx/t-1", result, 60, {"airflow_dag_id": "d"}, KEYS)
+    assert usable(record, key, scope, 60, KEYS) is None
+    assert usable(record, "b" * 64, scope, 60, KEYS) == ("it is the record of another key", True)
+    assert usable(record, key, scope, 60, KEYS, now=time.time() + 61) == ("expired", False)
+    # the reader's TTL applies too: the shorter of the record's expires and the reader's cache_ttl
+    assert usable(record, key, scope, 5, KEYS, now=time.time() + 6) == ("expired", False)
     _flip_a_byte_keeping_size_and_mtime(out)
-    assert "changed since" in usable(record, "a" * 64)
+    assert "changed since" in usable(record, key, scope, 60, KEYS)[0]
     out.unlink()
-    assert "is gone" in usable(record, "a" * 64)
+    assert "is gone" in usable(record, key, scope, 60, KEYS)[0]
 
 
 def test_parameters_are_checked_with_the_fix_in_the_message():
