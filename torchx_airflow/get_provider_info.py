@@ -69,8 +69,8 @@ def get_provider_info() -> dict[str, Any]:
                     "env_passthrough": {
                         "label": "Env passthrough",
                         "schema": {"type": ["array", "null"], "items": {"type": "string"}},
-                        "description": "Worker variables local_cwd and Slurm jobs may inherit besides the base "
-                        'ones: names or patterns, e.g. ["CUDA_HOME", "NCCL_*"]',
+                        "description": "Worker variables local_cwd and Slurm jobs may inherit besides "
+                        'the base ones: names or patterns, e.g. ["CUDA_HOME", "NCCL_*"]',
                     },
                     "outage_timeout": {
                         "label": "Scheduler outage timeout (s)",

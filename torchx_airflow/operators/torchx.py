@@ -76,18 +76,15 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         SUCCEEDED app carries the handle and the artifact (:mod:`torchx_airflow.lineage.assets`).
     :param expected_duration: seconds (or a ``timedelta``) the app is expected to run, for the cost
         estimate; else the last successful run's elapsed (:mod:`torchx_airflow.policies.cost`).
-    :param max_cost: fail before submitting when the estimate is over this amount (needs a price
-        table on the connection and a duration).
+    :param max_cost: fail before submitting when the estimate (a price table needed) is over it.
     :param cache: return the result of an earlier SUCCEEDED run with the same inputs instead of
         submitting (:mod:`torchx_airflow.policies.cache`); needs a tracker and waiting.
     :param cache_salt: text in the key: change it to run again (templated).
     :param cache_ignore_args: arguments left out of the key: an option name leaves out its value,
         anything else is an ``fnmatch`` pattern of whole arguments.
     :param cache_ttl: seconds (or a ``timedelta``) a recorded result is reused.
-    :param cache_scope: ``"dag"`` (a hit only from a run of the same DAG) or ``"deployment"``
-        (results shared by every DAG; None: the connection's extra, else ``[torchx] cache_scope``).
-    :param policies: more policies (:class:`~torchx_airflow.run.points.RunPolicy`) joining the run,
-        after the task's own.
+    :param cache_scope: ``"dag"`` (hits only from the same DAG's runs) or ``"deployment"`` (any DAG's).
+    :param policies: more :class:`~torchx_airflow.run.points.RunPolicy` after the task's own.
 
     Other parameters are those of :class:`TorchXDryRunOperator`.
     """
@@ -138,14 +135,11 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         self.infrastructure_retries = checks.check_infrastructure_retries(infrastructure_retries, where)
         self.checkpoint_artifact = checks.check_checkpoint_artifact(checkpoint_artifact, where)
         self.cache = checks.check_cache(cache, wait_for_completion, where)
-        self.cache_salt = cache_salt
         self.cache_ignore_args = checks.check_ignore_args(cache_ignore_args, where)
         self.cache_ttl = checks.check_ttl(cache_ttl, where)
-        self.cache_scope = checks.check_cache_scope(cache_scope, where)
+        self.cache_salt, self.cache_scope = cache_salt, checks.check_cache_scope(cache_scope, where)
         self.policies = tuple(policies)
         self._kills = KillGuard()
-
-    # one execution: its run, its policies, its lifecycle (run/, policies/)
 
     def task_policies(self) -> list[RunPolicy]:
         """The policies of one execution: the task's own, then ``policies``."""
