@@ -129,6 +129,12 @@ def _fits_float(value: float) -> bool:
         return False
 
 
+def _first_batch(tags: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The first ``log_batch``-sized group of ``tags`` (in order), and the rest."""
+    first = dict(next(_batches(tags), []))
+    return first, {k: v for k, v in tags.items() if k not in first}
+
+
 def _metadata_entries(kwargs: Mapping[str, object]) -> tuple[dict[str, Any], dict[str, float]]:
     entries, metrics = {}, {}
     for key, value in kwargs.items():
@@ -162,6 +168,7 @@ class MlflowStore(EdgeQueries, TrackerBase):
         self._username = username
         self._password = password
         self._mlflow_ids: dict[str, str] = {}
+        self._known_claims_run: str | None = None
 
     def __repr__(self) -> str:
         from torchx_airflow_tracker.config import without_userinfo
@@ -192,6 +199,7 @@ class MlflowStore(EdgeQueries, TrackerBase):
 
         found = self.client.get_experiment_by_name(self.experiment)
         if found is not None:
+            self._known_claims_run = found.tags.get(REGISTRY_TAG)  # saves a lookup when creating a run
             return found.experiment_id
         try:
             return self.client.create_experiment(self.experiment)
@@ -241,7 +249,10 @@ class MlflowStore(EdgeQueries, TrackerBase):
         """
         from mlflow.exceptions import MlflowException
 
-        experiment = self.client.get_experiment(self.experiment_id)
+        experiment_id = self.experiment_id  # its lookup names the claims run, once there is one
+        if self._known_claims_run:
+            return self._known_claims_run
+        experiment = self.client.get_experiment(experiment_id)
         if experiment.tags.get(REGISTRY_TAG):
             return experiment.tags[REGISTRY_TAG]
         candidate = self.client.create_run(self.experiment_id, run_name=REGISTRY_RUN_NAME).info.run_id
@@ -267,7 +278,7 @@ class MlflowStore(EdgeQueries, TrackerBase):
                 raise
         return winner
 
-    def _create_once(self, run_id: str) -> tuple[str, bool]:
+    def _create_once(self, run_id: str, tags: Mapping[str, str] | None = None) -> tuple[str, bool]:
         """Create the MLflow run of ``run_id`` unless another rank's is claimed.
 
         Returns the run and whether it is this call's: the caller then tags it with ``RUN_ID_TAG``. The run is
@@ -275,10 +286,13 @@ class MlflowStore(EdgeQueries, TrackerBase):
         for a slow ``create_run``, and no rank polls. A rank that loses deletes its own run and
         finds the winner among the runs of ``run_id`` (setting the claim to the winner's value is
         allowed). A claim whose run a user deleted passes to the next generation.
+
+        ``tags``: the first write's tags, carried by ``create_run`` (MLflow takes them in the same
+        request at the same cost); a rank that loses must write them to the winner's run itself.
         """
         claims = self._claims_run
         mine = self.client.create_run(
-            self.experiment_id, run_name=run_id, tags={CANDIDATE_TAG: run_id}
+            self.experiment_id, run_name=run_id, tags={**(tags or {}), CANDIDATE_TAG: run_id}
         ).info.run_id
         for generation in range(MAX_CLAIM_GENERATIONS):
             key = f"{_digest(run_id)}.{generation}"
@@ -328,10 +342,15 @@ class MlflowStore(EdgeQueries, TrackerBase):
         parts, tags = _encode_all(entries)  # all first: a bad value writes nothing
         mlflow_id = self.mlflow_run_id(run_id)
         if mlflow_id is None:
-            mlflow_id, won = self._create_once(run_id)
+            # a new run: its creation carries the first batch (parts before the tags that point to
+            # them); the run id tag rides with the next call, so the run shows once it has data
+            first, rest = _first_batch({**parts, **tags})
+            mlflow_id, won = self._create_once(run_id, first)
             self._mlflow_ids[run_id] = mlflow_id
-            if won:  # the run id tag rides with the first batch: the run shows once it has data
-                tags = {RUN_ID_TAG: run_id, **tags}
+            if won:
+                parts, tags = {}, {RUN_ID_TAG: run_id, **rest}
+            # a rank that lost writes all of it to the winner's run (its own, and the batch it
+            # carried, are gone)
         log_tags(self.client, mlflow_id, parts)
         now = int(time.time() * 1000)
         metric_list = [Metric(k, v, now, 0) for k, v in (metrics or {}).items()]
