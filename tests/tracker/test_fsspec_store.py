@@ -295,6 +295,38 @@ def test_concurrent_writers_and_a_polling_reader_s3(s3_endpoint):
     _concurrent_writes(f"s3://concurrency-{int(time.time())}/store", options)
 
 
+def test_s3_reads_each_unchanged_entry_once_per_store_object(s3_endpoint, monkeypatch):
+    """metadata() and artifacts() on S3 fetch an entry the first time, then only list: a new entry
+    is fetched once, and one replaced in place (another ETag) is fetched again."""
+    options = {"endpoint_url": s3_endpoint, "key": "testing", "secret": "testing"}
+    root = f"s3://entries-{uuid.uuid4().hex[:12]}/store"
+    writer = FsspecStore(root, options)
+    writer.add_metadata(CHILD, lr=0.1)
+    writer.add_metadata(CHILD, epochs=2)
+    writer.add_artifact(CHILD, "model", "/m.pt")
+    reader = FsspecStore(root, options)
+    fetched: list[str] = []
+    real_cat_file = reader.fs.cat_file  # s3fs binds its sync methods on the instance
+
+    def counting_cat_file(path, *args, **kwargs):
+        fetched.append(path)
+        return real_cat_file(path, *args, **kwargs)
+
+    monkeypatch.setattr(reader.fs, "cat_file", counting_cat_file)
+    for _ in range(3):
+        assert reader.metadata(CHILD) == {"lr": 0.1, "epochs": 2}
+        assert set(reader.artifacts(CHILD)) == {"model"}
+    assert len(fetched) == 3  # two metadata entries, one artifact entry
+    writer.add_metadata(CHILD, lr=0.2)
+    assert reader.metadata(CHILD) == {"lr": 0.2, "epochs": 2}
+    assert len(fetched) == 4
+    (first, _), *_ = reader.files.versioned_names(f"{reader._run_dir(CHILD)}/metadata")
+    reader.fs.pipe_file(f"{reader._run_dir(CHILD)}/metadata/{first}", b'{"metadata": {"lr": 0.0, "x": 1}}')
+    assert reader.metadata(CHILD) == {"lr": 0.2, "epochs": 2, "x": 1}
+    assert len(fetched) == 5
+    assert FsspecStore(root, options).metadata(CHILD) == reader.metadata(CHILD)
+
+
 NAMES_PER_RANK, RANKS = 10, 6
 EDGE_CHILD, EDGE_PARENT = "slurm://torchx/edge-child", "slurm://torchx/edge-parent"
 

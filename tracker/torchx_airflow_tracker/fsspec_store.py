@@ -40,7 +40,7 @@ import logging
 import posixpath
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from torchx.tracker.api import TrackerArtifact, TrackerBase
@@ -138,6 +138,7 @@ class FsspecStore(EdgeQueries, TrackerBase):
         self._edges_written: set[Edge] = set()
         self._scanned: dict[str, list[Edge]] = {}  # unindexed run dirs read once by this object
         self._listing_cache = LocalListingCache(self.root) if self.files.local else None
+        self._entry_texts: dict[str, tuple[Hashable, str]] = {}  # object stores: {path: (version, text)}
 
     def create_root(self) -> None:
         """Writer: make the root exist (readers never create it); raises when it cannot be created."""
@@ -154,17 +155,24 @@ class FsspecStore(EdgeQueries, TrackerBase):
         return posixpath.join(self.root, run_dir_name(run_id))
 
     def _read_json_entries(self, run_id: str, category: str) -> list[tuple[str, Any]]:
+        """The entries of a run's category, parsed; on object stores each version of an entry is
+        fetched once per store object (entries are written once: a query then costs one listing)."""
         directory = posixpath.join(self._run_dir(run_id), category)
         entries = []
-        for name in self.files.names(directory):
+        for name, version in self.files.versioned_names(directory):
             path = posixpath.join(directory, name)
-            text = self.files.read_text(path)
+            known = self._entry_texts.get(path)
+            text = known[1] if known is not None and version is not None and known[0] == version else None
+            if text is None:
+                text = self.files.read_text(path)
             if text is None:  # removed since listed
                 continue
             try:
                 entries.append((path, json.loads(text)))
             except json.JSONDecodeError:
                 continue  # an entry still being written: not there yet (no prefix of one is JSON)
+            if version is not None:
+                self._entry_texts[path] = (version, text)
         return entries
 
     def _append(self, run_id: str, category: str, content: Mapping[str, Any]) -> None:

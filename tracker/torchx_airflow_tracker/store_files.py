@@ -10,12 +10,15 @@ from __future__ import annotations
 import os
 import posixpath
 import uuid
+from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import fsspec
 
 _LOCAL_PROTOCOLS = {"file", "local"}
+# what object stores' listings carry that changes with the object (s3fs: ETag, LastModified)
+_VERSION_FIELDS = ("ETag", "LastModified", "mtime", "created")
 
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
@@ -158,6 +161,28 @@ class StoreFiles:
             names = [n for n in names if n and (hidden or not n.startswith("."))]
         names.sort()
         return names
+
+    def versioned_names(self, directory: str) -> list[tuple[str, Hashable]]:
+        """``(name, version)`` of the entries under ``directory``, in name order, dot-names left out.
+
+        The version (object stores: size, ETag and modification time from the same listing, no
+        request more) changes whenever the file does; None where the listing gives no such thing
+        (local disks: read the file, a system call, instead).
+        """
+        if self.local:
+            return [(name, None) for name in self.names(directory)]
+        try:
+            listed = self.fs.ls(directory, detail=True, refresh=True)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        found: list[tuple[str, Hashable]] = []
+        for info in listed:
+            name = posixpath.basename(str(info["name"]).rstrip("/"))
+            if name and not name.startswith(".") and info.get("type") != "directory":
+                stamps = tuple(str(info.get(k)) for k in _VERSION_FIELDS if info.get(k) is not None)
+                found.append((name, (info.get("size"), *stamps) if stamps else None))
+        found.sort(key=lambda item: item[0])
+        return found
 
     def remove_tree(self, directory: str) -> None:
         """Remove ``directory`` and everything under it (nothing if it is missing)."""
