@@ -187,6 +187,31 @@ def test_a_new_run_with_a_hundred_keys_takes_five_requests(mlflow_uri, requests_
     assert MlflowClient(mlflow_uri).get_run(fresh.mlflow_run_id(run_id)).data.metrics["k99"] == 99.0
 
 
+def test_graph_reads_every_edge_in_one_search_and_answers_details_from_it(mlflow_uri, requests_made):
+    """graph() (what the lineage view reads first) costs the experiment lookup and one search; the
+    details of its runs then cost no request, except a run this store object wrote since."""
+    experiment = f"graph-{uuid.uuid4().hex[:6]}"
+    writer = MlflowStore(mlflow_uri, experiment)
+    writer.add_metadata("x://s/parent", kind="data")
+    writer.add_metadata("x://s/child", lr=0.1)
+    writer.add_artifact("x://s/child", "model", "/m.pt")
+    writer.add_source("x://s/child", "x://s/parent", "data")
+    writer.add_source("x://s/child", "x://s/parent", "model")
+    writer.add_source("x://s/grandchild", "x://s/child")
+    requests_made.clear()
+    store = MlflowStore(mlflow_uri, experiment)
+    graph = store.graph()
+    assert len(requests_made) == 2, requests_made  # the experiment lookup, one page of runs
+    assert graph.children_of("x://s/parent") == {"x://s/child": ("data", "model")}
+    assert graph.parents_of("x://s/grandchild") == {"x://s/child": (None,)}
+    assert graph.children_of("x://s/child") == {"x://s/grandchild": (None,)}
+    assert store.metadata("x://s/child") == {"lr": 0.1}
+    assert set(store.artifacts("x://s/child")) == {"model"}
+    assert len(requests_made) == 2
+    store.add_metadata("x://s/child", lr=0.2)
+    assert store.metadata("x://s/child") == {"lr": 0.2}  # read again after its own write
+
+
 def test_a_rank_losing_the_claim_writes_its_first_batch_to_the_winner(mlflow_uri):
     """The losing rank's own run carried its first batch and is deleted: the batch reaches the
     winner's run all the same, split values included."""

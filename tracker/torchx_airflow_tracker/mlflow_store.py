@@ -37,7 +37,7 @@ from torchx_airflow_tracker.mlflow_tags import ValueTooLargeError as ValueTooLar
 from torchx_airflow_tracker.mlflow_tags import _batches, _encode_all, log_tags
 from torchx_airflow_tracker.mlflow_tags import decode as _decode
 from torchx_airflow_tracker.mlflow_tags import quote as _quote
-from torchx_airflow_tracker.run_graph import EdgeQueries, artifact_names_key
+from torchx_airflow_tracker.run_graph import EdgeGraph, EdgeQueries, artifact_names_key
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -57,6 +57,9 @@ CLAIM_PREFIX = ".torchx-claim."
 MAX_CLAIM_GENERATIONS = 20
 MAX_METRICS_WITH_TAGS = 900  # 1,000 entities per call, less a full batch of tags
 _SAFE_KEY = re.compile(r"[^A-Za-z0-9_\-. /]")
+# how long metadata()/artifacts() answer from the tags the last graph() read (a lineage view reads
+# the graph, then the details of its runs; a store object is made per view)
+SNAPSHOT_SECONDS = 60.0
 REGISTRY_TAG = "torchx.claims_run"  # experiment tag: the run whose params are the claims
 REGISTRY_RUN_NAME = ".torchx-claims"
 # a run made to be claimed carries this tag; RUN_ID_TAG only once it won, so searches for a run id
@@ -169,6 +172,8 @@ class MlflowStore(EdgeQueries, TrackerBase):
         self._password = password
         self._mlflow_ids: dict[str, str] = {}
         self._known_claims_run: str | None = None
+        # graph(): (when, {TorchX run id: its run's tags})
+        self._snapshot: tuple[float, dict[str, dict[str, str]]] | None = None
 
     def __repr__(self) -> str:
         from torchx_airflow_tracker.config import without_userinfo
@@ -321,14 +326,41 @@ class MlflowStore(EdgeQueries, TrackerBase):
             return False  # another run holds this claim
         return True
 
-    def _all_tags(self, run_id: str) -> dict[str, str]:
+    def _all_tags(self, run_id: str, snapshot: bool = False) -> dict[str, str]:
+        """The tags of the run; ``snapshot``: as the last ``graph()`` read them, while recent."""
+        if snapshot and self._snapshot is not None and run_id in self._snapshot[1]:
+            if time.monotonic() - self._snapshot[0] < SNAPSHOT_SECONDS:
+                return self._snapshot[1][run_id]
         mlflow_id = self.mlflow_run_id(run_id)
         return {} if mlflow_id is None else dict(self.client.get_run(mlflow_id).data.tags)
 
-    def _entries(self, run_id: str, prefix: str) -> list[Any]:
+    def _entries(self, run_id: str, prefix: str, snapshot: bool = False) -> list[Any]:
         """The payloads of a run's tags under ``prefix``, in tag-key order."""
-        tags = self._all_tags(run_id)
+        tags = self._all_tags(run_id, snapshot)
         return [_decode(v, tags) for k, v in sorted(tags.items()) if k.startswith(prefix)]
+
+    def graph(self) -> EdgeGraph:
+        """Every edge of the experiment from one search of its runs (a request per 1,000 runs).
+
+        The runs' tags are kept: for ``SNAPSHOT_SECONDS`` ``metadata()`` and ``artifacts()`` of a run
+        read in it make no request (this object's own writes to a run drop it from the snapshot).
+        The lineage view reads a store's graph, then the details of the runs it draws.
+        """
+        runs = self._search(f"tags.`{RUN_ID_TAG}` LIKE '%'")
+        tags_of: dict[str, dict[str, str]] = {}
+        # the earliest run of an id is its run (as _runs_of picks it)
+        for run in sorted(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id), reverse=True):
+            tags_of[run.data.tags[RUN_ID_TAG]] = dict(run.data.tags)
+            self._mlflow_ids[run.data.tags[RUN_ID_TAG]] = run.info.run_id
+        graph = EdgeGraph()
+        for run_id, tags in tags_of.items():
+            for tag_key, value in tags.items():
+                if tag_key.startswith(SOURCE_PREFIX):
+                    entry = _decode(value, tags)
+                    for name in artifact_names_key(entry["artifact_names"]):
+                        graph.add(entry["source"], run_id, name)
+        self._snapshot = (time.monotonic(), tags_of)
+        return graph
 
     def _log_tags(
         self,
@@ -340,6 +372,8 @@ class MlflowStore(EdgeQueries, TrackerBase):
         from mlflow.entities import Metric, RunTag
 
         parts, tags = _encode_all(entries)  # all first: a bad value writes nothing
+        if self._snapshot is not None:
+            self._snapshot[1].pop(run_id, None)
         mlflow_id = self.mlflow_run_id(run_id)
         if mlflow_id is None:
             # a new run: its creation carries the first batch (parts before the tags that point to
@@ -377,7 +411,7 @@ class MlflowStore(EdgeQueries, TrackerBase):
         _encode_all({_tag_key(ARTIFACT_PREFIX, name): {"name": name, "path": path, "metadata": metadata}})
 
     def metadata(self, run_id: str) -> Mapping[str, object]:
-        return {entry["key"]: entry["value"] for entry in self._entries(run_id, METADATA_PREFIX)}
+        return {entry["key"]: entry["value"] for entry in self._entries(run_id, METADATA_PREFIX, True)}
 
     def add_artifact(
         self, run_id: str, name: str, path: str, metadata: Mapping[str, object] | None = None
@@ -387,7 +421,7 @@ class MlflowStore(EdgeQueries, TrackerBase):
         )
 
     def artifacts(self, run_id: str) -> Mapping[str, TrackerArtifact]:
-        entries = self._entries(run_id, ARTIFACT_PREFIX)
+        entries = self._entries(run_id, ARTIFACT_PREFIX, True)
         return {e["name"]: TrackerArtifact(e["name"], e["path"], e["metadata"]) for e in entries}
 
     def _parents(self, run_id: str) -> dict[str, tuple[str | None, ...]]:
