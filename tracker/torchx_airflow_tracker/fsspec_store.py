@@ -50,6 +50,7 @@ from torchx_airflow_tracker.config import TrackerConfigError, parse_config
 from torchx_airflow_tracker.root_listing import LocalListingCache, RootListing
 from torchx_airflow_tracker.run_graph import (
     DEFAULT_DEPTH,
+    EdgeGraph,
     EdgeQueries,
     RunLineage,
     artifact_names_key,
@@ -96,22 +97,11 @@ def _decode_names(text: str) -> Names:
     return artifact_names_key(line or None for line in lines) if lines else (None,)
 
 
-class _Graph:
+class _Graph(EdgeGraph):
     """Every edge of a store, both ways, from one listing of its root."""
 
-    def __init__(self) -> None:
-        self.parents: dict[str, dict[str, set[str | None]]] = {}
-        self.children: dict[str, dict[str, set[str | None]]] = {}
-
-    def add(self, edge: Edge) -> None:
-        self.parents.setdefault(edge.run_id, {}).setdefault(edge.source_id, set()).add(edge.artifact_name)
-        self.children.setdefault(edge.source_id, {}).setdefault(edge.run_id, set()).add(edge.artifact_name)
-
-    def parents_of(self, run_id: str) -> dict[str, Names]:
-        return {p: artifact_names_key(n) for p, n in self.parents.get(run_id, {}).items()}
-
-    def children_of(self, run_id: str) -> dict[str, Names]:
-        return {c: artifact_names_key(n) for c, n in self.children.get(run_id, {}).items()}
+    def add_edge(self, edge: Edge) -> None:
+        self.add(edge.source_id, edge.run_id, edge.artifact_name)
 
 
 class FsspecStore(EdgeQueries, TrackerBase):
@@ -340,7 +330,7 @@ class FsspecStore(EdgeQueries, TrackerBase):
     def _parents(self, run_id: str) -> dict[str, Names]:
         graph = _Graph()
         for edge in self._forward_edges(run_id):
-            graph.add(edge)
+            graph.add_edge(edge)
         return graph.parents_of(run_id)
 
     def _children(self, run_id: str) -> dict[str, Names]:
@@ -391,7 +381,7 @@ class FsspecStore(EdgeQueries, TrackerBase):
                 self.files.read_text(posixpath.join(self.root, name))
             )
             if edge is not None:
-                graph.add(edge)
+                graph.add_edge(edge)
         if listing.unindexed_runs is None:
             listing.unindexed_runs = self._run_dirs(listing.unindexed())
         for dir_name, run_id in listing.unindexed_runs.items():
@@ -401,7 +391,7 @@ class FsspecStore(EdgeQueries, TrackerBase):
                 )
             for edge in self._scanned[dir_name]:
                 if source_id is None or edge.source_id == source_id:
-                    graph.add(edge)
+                    graph.add_edge(edge)
         return graph
 
     def ensure_indexed(self) -> int:
