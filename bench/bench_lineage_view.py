@@ -155,19 +155,26 @@ def baseline_graph(store: Any, seeds: list[Any], depth: int) -> Any:
 
 
 class Listings:
-    """Counts the directories a store lists (and, on S3, the ListObjectsV2 requests)."""
+    """Counts the directories a store lists (and, on S3, the ListObjectsV2 requests), at its two
+    listing primitives (``StoreFiles.names`` and, for entries, ``StoreFiles.versioned_names``)."""
 
     def __init__(self, store: Any) -> None:
         self.root = store.root
         self.directories: list[str] = []
         self.requests = 0
-        names = store.files.names
+        names, versioned_names = store.files.names, store.files.versioned_names
 
         def counted(directory: str, hidden: bool = False) -> list[str]:
             self.directories.append(directory)
             return names(directory, hidden=hidden)
 
+        def counted_versioned(directory: str) -> list[tuple[str, Any]]:
+            if not store.files.local:  # local disks list through names() above
+                self.directories.append(directory)
+            return versioned_names(directory)
+
         store.files.names = counted
+        store.files.versioned_names = counted_versioned
         client = getattr(store.fs, "s3", None)
         if client is not None:
             client.meta.events.register("before-call.s3.ListObjectsV2", self._request)
