@@ -148,26 +148,33 @@ def baseline_graph(store: Any, seeds: list[Any], depth: int) -> Any:
     details = parallel_map(functools.partial(_details, store), ids)
     runs = {
         run_id: RunNode(run_id, walk.distance[run_id], task=task, artifacts=artifacts)
-        for run_id, (task, artifacts) in zip(ids, details, strict=True)
+        for run_id, (task, artifacts, *_usage_and_cache) in zip(ids, details, strict=True)
     }
     edges = [Edge(s, t, tuple(sorted(n))) for (s, t), n in sorted(walk.edges.items())]
     return LineageGraph(runs, edges, depth, walk.truncated, max_runs=len(runs))
 
 
 class Listings:
-    """Counts the directories a store lists (and, on S3, the ListObjectsV2 requests)."""
+    """Counts the directories a store lists (and, on S3, the ListObjectsV2 requests), at its two
+    listing primitives (``StoreFiles.names`` and, for entries, ``StoreFiles.versioned_names``)."""
 
     def __init__(self, store: Any) -> None:
         self.root = store.root
         self.directories: list[str] = []
         self.requests = 0
-        names = store.files.names
+        names, versioned_names = store.files.names, store.files.versioned_names
 
         def counted(directory: str, hidden: bool = False) -> list[str]:
             self.directories.append(directory)
             return names(directory, hidden=hidden)
 
+        def counted_versioned(directory: str) -> list[tuple[str, Any]]:
+            if not store.files.local:  # local disks list through names() above
+                self.directories.append(directory)
+            return versioned_names(directory)
+
         store.files.names = counted
+        store.files.versioned_names = counted_versioned
         client = getattr(store.fs, "s3", None)
         if client is not None:
             client.meta.events.register("before-call.s3.ListObjectsV2", self._request)
@@ -182,6 +189,15 @@ class Listings:
         into.setdefault(f"{key}_root", []).append(self.directories[start_dirs:].count(self.root))
         into.setdefault(f"{key}_dirs", []).append(len(self.directories) - start_dirs)
         into.setdefault(f"{key}_requests", []).append(self.requests - start_requests)
+
+
+def _forget(store: Any) -> None:
+    """What the store object kept from an earlier view, dropped: the view opens a store per page
+    (its last root listing, the entries and unindexed runs it read)."""
+    store._scanned.clear()
+    store._entry_texts.clear()
+    if store._listing_cache is not None:
+        store._listing_cache = type(store._listing_cache)(store.root)
 
 
 def _seconds(fn: Callable[[], object]) -> float:
@@ -207,6 +223,7 @@ def measure(
     drawn = []
 
     def view(build: Callable[[], Any], key: str) -> None:
+        _forget(store)
         with listings.counting(counts, key):
             graph = build()
         drawn.append(len(graph.runs))
@@ -307,14 +324,142 @@ def _s3_store(shape: StoreShape, workdir: Path) -> Iterator[tuple[Any, list[str]
         yield FsspecStore("s3://bench/store", options), seeds, upload
 
 
+MLFLOW_STORE = StoreShape(runs=300, seeds=6, fanout=6)  # a graph of 258 runs: the view draws 250
+MLFLOW_REPEATS, MLFLOW_BASELINE_REPEATS = 5, 2
+
+
+def make_mlflow_store(uri: str, experiment: str, shape: StoreShape) -> list[str]:
+    """Write a store of that shape in an MLflow experiment; returns the DAG run's runs."""
+    from torchx_airflow_tracker.mlflow_store import MlflowStore
+
+    from torchx_airflow.plugins.walk import parallel_map
+
+    store = MlflowStore(uri, experiment)
+    seeds, edges = shape.graph()
+    graph_runs = seeds + [child for child, _ in edges]
+    parent_of = dict(edges)
+    unrelated = [f"slurm://torchx/unrelated-{i}" for i in range(shape.runs - len(graph_runs))]
+    numbers = {run_id: i for i, run_id in enumerate(graph_runs)}
+
+    def write(run_id: str) -> None:  # a job's writes to its run; runs are written 8 at a time
+        if run_id not in numbers:
+            store.add_metadata(run_id, lr=0.1)
+            return
+        i = numbers[run_id]
+        airflow = {"airflow_dag_id": DAG_ID, "airflow_run_id": f"manual__{i}", "airflow_task_id": f"t{i}"}
+        store.add_metadata(run_id, **airflow)
+        store.add_artifact(run_id, "model", f"/models/{i}.pt")
+        if run_id in parent_of:
+            store.add_source(run_id, parent_of[run_id], "model")
+
+    write(graph_runs[0])  # the experiment and its claims run exist before the writers start
+    parallel_map(write, graph_runs[1:] + unrelated)
+    return seeds
+
+
+@contextlib.contextmanager
+def _counting_mlflow_requests() -> Iterator[list[str]]:
+    """The HTTP requests MLflow's client makes in the block (all threads)."""
+    from mlflow.utils import rest_utils  # noqa: TID251 - the requests the client makes are counted
+
+    endpoints: list[str] = []
+    real_request = rest_utils.http_request
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        endpoints.append(str(kwargs.get("endpoint") or args[1]))
+        return real_request(*args, **kwargs)
+
+    rest_utils.http_request = counting
+    try:
+        yield endpoints
+    finally:
+        rest_utils.http_request = real_request
+
+
+def mlflow_rows(workdir: Path, shape: StoreShape = MLFLOW_STORE) -> list[dict]:
+    """The view on an MLflow store (a new store object per view, as the view makes one per page)
+    against the view's per-run walk on the same store (the store without ``graph()``)."""
+    from torchx_airflow_tracker.mlflow_store import MlflowStore
+
+    from tests.services import mlflow_server_process
+    from torchx_airflow.plugins.graph import AirflowTask, Seed, build_graph
+    from torchx_airflow.plugins.render import render_page
+
+    class PerRunStore(MlflowStore):
+        graph = None  # type: ignore[assignment]  # the walk then asks run by run, as before graph()
+
+    with mlflow_server_process(workdir, workers=1) as (uri, _):
+        start = time.perf_counter()
+        seed_ids = make_mlflow_store(uri, "lineage", shape)
+        written = time.perf_counter() - start
+        seeds = [
+            Seed(r, AirflowTask(DAG_ID, DAG_RUN, f"t{i}", -1, "success"), "SUCCEEDED")
+            for i, r in enumerate(seed_ids)
+        ]
+        times: dict[str, list[float]] = {"view": [], "baseline": []}
+        requests: dict[str, list[int]] = {"view": [], "baseline": []}
+        drawn = []
+
+        def view(kind: str, store_class: type[MlflowStore]) -> None:
+            with _counting_mlflow_requests() as made:
+                start = time.perf_counter()
+                graph = build_graph([(store_class(uri, "lineage"), seeds)], DEPTH)
+                render_page(graph, dag_id=DAG_ID, run_id=DAG_RUN, static_url="/s", json_url="/j")
+                times[kind].append(time.perf_counter() - start)
+            requests[kind].append(len(made))
+            drawn.append(len(graph.runs))
+
+        for round_index in range(MLFLOW_REPEATS):
+            if round_index < MLFLOW_BASELINE_REPEATS:
+                view("baseline", PerRunStore)
+            view("view", MlflowStore)
+    median_view, median_base = statistics.median(times["view"]), statistics.median(times["baseline"])
+    pages = -(-shape.runs // 1000)
+    sizes = f"MLflow store of {shape.runs} runs ({shape.graph_runs}-run graph)"
+    baseline = "the view's walk run by run (the store without graph()), same store, same run"
+    note = (
+        f"view: median of {len(times['view'])} runs, baseline: {len(times['baseline'])}, interleaved; "
+        f"local mlflow server (SQLite, one worker); the view draws {drawn[-1]} of the graph's "
+        f"{shape.graph_runs} runs within depth {DEPTH}; writing the store took {written:.0f} s"
+    )
+    return [
+        {
+            "figure": f"lineage view page on an {sizes}",
+            "baseline": baseline,
+            "target": f"under {TARGET_SECONDS:g} s",
+            "value": median_view,
+            "baseline_value": median_base,
+            "ratio": median_view / median_base if median_base else float("inf"),
+            "unit": "s",
+            "meets_target": median_view < TARGET_SECONDS,
+            "note": note,
+        },
+        {
+            "figure": f"MLflow requests per lineage view, {sizes}",
+            "baseline": baseline,
+            "target": "<= 1 (experiment lookup) + 1 per page of 1,000 runs",
+            "value": float(requests["view"][-1]),
+            "baseline_value": float(requests["baseline"][-1]),
+            "ratio": requests["view"][-1] / max(1, requests["baseline"][-1]),
+            "unit": "requests",
+            "meets_target": max(requests["view"]) <= 1 + pages,
+            "note": f"requests per view, each run: {requests['view']} (baseline {requests['baseline']})",
+        },
+    ]
+
+
 def run() -> list[dict]:
-    """A view's time and root listings on a local and an S3 store, each against the baseline."""
+    """A view's time and root listings on a local and an S3 store, each against the baseline, and
+    its time and requests on an MLflow store (``BENCH_LINEAGE_MLFLOW=0`` skips it)."""
     from torchx_airflow_tracker.fsspec_store import FsspecStore
 
     with tempfile.TemporaryDirectory(prefix="bench-lineage-view-") as tmp:
         local_root = f"{tmp}/store"
         seeds = make_store(local_root, LOCAL_STORE)
         rows = _rows("local", LOCAL_STORE, *measure(FsspecStore(local_root), seeds, LOCAL_REPEATS))
+        if os.environ.get("BENCH_LINEAGE_MLFLOW", "1") != "0":
+            (Path(tmp) / "mlflow").mkdir()
+            rows += mlflow_rows(Path(tmp) / "mlflow")
         if os.environ.get("BENCH_LINEAGE_S3", "1") == "0":
             return rows
         with _s3_store(S3_STORE, Path(tmp)) as (store, s3_seeds, upload):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import re
 import time
 import uuid
@@ -294,6 +295,38 @@ def test_concurrent_writers_and_a_polling_reader_s3(s3_endpoint):
     _concurrent_writes(f"s3://concurrency-{int(time.time())}/store", options)
 
 
+def test_s3_reads_each_unchanged_entry_once_per_store_object(s3_endpoint, monkeypatch):
+    """metadata() and artifacts() on S3 fetch an entry the first time, then only list: a new entry
+    is fetched once, and one replaced in place (another ETag) is fetched again."""
+    options = {"endpoint_url": s3_endpoint, "key": "testing", "secret": "testing"}
+    root = f"s3://entries-{uuid.uuid4().hex[:12]}/store"
+    writer = FsspecStore(root, options)
+    writer.add_metadata(CHILD, lr=0.1)
+    writer.add_metadata(CHILD, epochs=2)
+    writer.add_artifact(CHILD, "model", "/m.pt")
+    reader = FsspecStore(root, options)
+    fetched: list[str] = []
+    real_cat_file = reader.fs.cat_file  # s3fs binds its sync methods on the instance
+
+    def counting_cat_file(path, *args, **kwargs):
+        fetched.append(path)
+        return real_cat_file(path, *args, **kwargs)
+
+    monkeypatch.setattr(reader.fs, "cat_file", counting_cat_file)
+    for _ in range(3):
+        assert reader.metadata(CHILD) == {"lr": 0.1, "epochs": 2}
+        assert set(reader.artifacts(CHILD)) == {"model"}
+    assert len(fetched) == 3  # two metadata entries, one artifact entry
+    writer.add_metadata(CHILD, lr=0.2)
+    assert reader.metadata(CHILD) == {"lr": 0.2, "epochs": 2}
+    assert len(fetched) == 4
+    (first, _), *_ = reader.files.versioned_names(f"{reader._run_dir(CHILD)}/metadata")
+    reader.fs.pipe_file(f"{reader._run_dir(CHILD)}/metadata/{first}", b'{"metadata": {"lr": 0.0, "x": 1}}')
+    assert reader.metadata(CHILD) == {"lr": 0.2, "epochs": 2, "x": 1}
+    assert len(fetched) == 5
+    assert FsspecStore(root, options).metadata(CHILD) == reader.metadata(CHILD)
+
+
 NAMES_PER_RANK, RANKS = 10, 6
 EDGE_CHILD, EDGE_PARENT = "slurm://torchx/edge-child", "slurm://torchx/edge-parent"
 
@@ -336,13 +369,16 @@ class _CrashError(Exception):
     pass
 
 
-def test_a_writer_dying_half_way_through_add_source_loses_no_descendant(tmp_path, monkeypatch):
-    """The writer dies after its first file of the edge: the descendant is still found, and the
-    retry completes the edge."""
+@pytest.mark.parametrize("new_run", [False, True], ids=["indexed-run", "new-run"])
+def test_a_writer_dying_half_way_through_add_source_loses_no_descendant(tmp_path, monkeypatch, new_run):
+    """The writer dies after its first file of the edge (an indexed run: the reverse marker; a run
+    the call made: the sources/ line, before the first-edge marker that indexes the run): the
+    descendant is still found, and the retry completes the edge, for TorchX's reader too."""
     root = str(tmp_path / "store")
     store = FsspecStore(root)
     store.add_metadata(PARENT, kind="data")
-    store.add_metadata(CHILD, lr=0.1)  # the run exists and is indexed before the edge
+    if not new_run:
+        store.add_metadata(CHILD, lr=0.1)  # the run exists and is indexed before the edge
     real_create_once = StoreFiles.create_once
     writes: list[str] = []
 
@@ -352,14 +388,68 @@ def test_a_writer_dying_half_way_through_add_source_loses_no_descendant(tmp_path
         writes.append(path)
         return real_create_once(self, path, text)
 
+    def dying_after_the_line(self, existing, path):
+        writes.append(existing)
+        raise _CrashError(path)
+
     monkeypatch.setattr(StoreFiles, "create_once", dying)
+    monkeypatch.setattr(StoreFiles, "link_once", dying_after_the_line)
+    if not new_run:  # the sources/ line is that run's second write
+        monkeypatch.setattr(StoreFiles, "append_line", lambda self, path, *a, **k: dying(self, path))
     with pytest.raises(_CrashError):
         store.add_source(CHILD, PARENT, "data")
     monkeypatch.undo()
+    if new_run:
+        assert Path(writes[0]).read_text() == "data\n"  # the run's sources/ line, then the crash
+    else:
+        assert len(writes) == 1 and Path(writes[0]).name.startswith(".d.")
     assert FsspecStore(root).run_ids(parent_run_id=PARENT) == [CHILD]
     assert FsspecStore(root).lineage(PARENT).descendant_ids == [CHILD]
     store.add_source(CHILD, PARENT, "data")  # the rank's retry
     assert list(FsspecStore(root).sources(CHILD)) == [TrackerSource(PARENT, "data")]
+    assert FsspecStore(root).run_ids(parent_run_id=PARENT) == [CHILD]
+    theirs = FsspecTracker(fsspec.filesystem("file"), root)
+    assert [(s.source_run_id, s.artifact_name) for s in theirs.sources(CHILD)] == [(PARENT, "data")]
+
+
+def test_a_query_reuses_the_root_listing_only_while_the_root_is_unchanged(tmp_path, monkeypatch):
+    """A local root whose stamp (mtime, inode, link count, size) is unchanged is not listed again;
+    a run added by another writer, or by TorchX's tracker, changes it and is seen at once."""
+    from torchx_airflow_tracker.root_listing import RACY_WINDOW_NS
+
+    root = tmp_path / "store"
+    writer = FsspecStore(str(root))
+    writer.add_source(CHILD, PARENT, "data")
+
+    def age_root() -> None:  # as if the last write was a while ago (a recent stamp is not trusted)
+        past = time.time_ns() - 2 * RACY_WINDOW_NS
+        os.utime(root, ns=(past, past))
+
+    listings: list[str] = []  # of the root (a run TorchX wrote, unindexed, is read in its own directory)
+    real_names = StoreFiles.names
+
+    def names(self, directory, hidden=False):
+        listings.extend([directory] if directory == str(root) else [])
+        return real_names(self, directory, hidden)
+
+    monkeypatch.setattr(StoreFiles, "names", names)
+    reader = FsspecStore(str(root))
+    age_root()
+    assert reader.run_ids(parent_run_id=PARENT) == [CHILD]
+    assert reader.run_ids(parent_run_id=PARENT) == [CHILD]
+    assert sorted(reader.run_ids()) == [CHILD]
+    assert listings == [str(root)]  # one listing for the three queries
+
+    FsspecStore(str(root)).add_source("slurm://torchx/child-3", PARENT)
+    assert reader.run_ids(parent_run_id=PARENT) == [CHILD, "slurm://torchx/child-3"]
+    age_root()
+    reader.run_ids(parent_run_id=PARENT)
+    torchx_writes(root, [("add_source", ["slurm://torchx/child-4", PARENT, "x"])], None)
+    assert reader.run_ids(parent_run_id=PARENT) == [CHILD, "slurm://torchx/child-3", "slurm://torchx/child-4"]
+    assert len(listings) == 4
+
+    reader.run_ids(parent_run_id=PARENT)  # the root changed just now: not trusted, listed again
+    assert len(listings) == 5
 
 
 @pytest.mark.parametrize("protocol", ["local", "memory"])

@@ -158,6 +158,84 @@ def test_a_run_deleted_by_a_user_is_created_again(tracking_uri):
     assert fresh.mlflow_run_id(run_id) != store.mlflow_run_id(run_id)
 
 
+@pytest.fixture
+def requests_made(monkeypatch) -> list[str]:
+    """The endpoints of the HTTP requests MLflow's client makes from here on (the real requests,
+    counted on their way out)."""
+    from mlflow.utils import rest_utils
+
+    endpoints: list[str] = []
+    real_request = rest_utils.http_request
+
+    def counting(*args, **kwargs):
+        endpoints.append(kwargs.get("endpoint") or args[1])
+        return real_request(*args, **kwargs)
+
+    monkeypatch.setattr(rest_utils, "http_request", counting)
+    return endpoints
+
+
+def test_a_new_run_with_a_hundred_keys_takes_five_requests(mlflow_uri, requests_made):
+    """A job's first write to a new run: the experiment lookup (which names the claims run), the
+    search for the run, create_run carrying the first batch of tags, the claim, and one log_batch
+    (the run id tag and the metrics). The previous version made seven."""
+    experiment = f"requests-{uuid.uuid4().hex[:6]}"
+    MlflowStore(mlflow_uri, experiment).add_metadata("slurm://torchx/earlier", a=1)  # claims run made
+    requests_made.clear()
+    run_id = f"slurm://torchx/new-{uuid.uuid4().hex[:6]}"
+    values = {f"k{k}": k for k in range(100)}
+    MlflowStore(mlflow_uri, experiment).add_metadata(run_id, **values)
+    assert len(requests_made) == 5, requests_made
+    fresh = MlflowStore(mlflow_uri, experiment)
+    assert fresh.metadata(run_id) == values
+    assert sorted(fresh.run_ids()) == sorted(["slurm://torchx/earlier", run_id])
+    assert MlflowClient(mlflow_uri).get_run(fresh.mlflow_run_id(run_id)).data.metrics["k99"] == 99.0
+
+
+def test_graph_reads_every_edge_in_one_search_and_answers_details_from_it(mlflow_uri, requests_made):
+    """graph() (what the lineage view reads first) costs the experiment lookup and one search; the
+    details of its runs then cost no request, except a run this store object wrote since."""
+    experiment = f"graph-{uuid.uuid4().hex[:6]}"
+    writer = MlflowStore(mlflow_uri, experiment)
+    writer.add_metadata("x://s/parent", kind="data")
+    writer.add_metadata("x://s/child", lr=0.1)
+    writer.add_artifact("x://s/child", "model", "/m.pt")
+    writer.add_source("x://s/child", "x://s/parent", "data")
+    writer.add_source("x://s/child", "x://s/parent", "model")
+    writer.add_source("x://s/grandchild", "x://s/child")
+    requests_made.clear()
+    store = MlflowStore(mlflow_uri, experiment)
+    graph = store.graph()
+    assert len(requests_made) == 2, requests_made  # the experiment lookup, one page of runs
+    assert graph.children_of("x://s/parent") == {"x://s/child": ("data", "model")}
+    assert graph.parents_of("x://s/grandchild") == {"x://s/child": (None,)}
+    assert graph.children_of("x://s/child") == {"x://s/grandchild": (None,)}
+    assert store.metadata("x://s/child") == {"lr": 0.1}
+    assert set(store.artifacts("x://s/child")) == {"model"}
+    assert len(requests_made) == 2
+    store.add_metadata("x://s/child", lr=0.2)
+    assert store.metadata("x://s/child") == {"lr": 0.2}  # read again after its own write
+
+
+def test_a_rank_losing_the_claim_writes_its_first_batch_to_the_winner(mlflow_uri):
+    """The losing rank's own run carried its first batch and is deleted: the batch reaches the
+    winner's run all the same, split values included."""
+    experiment = f"loser-{uuid.uuid4().hex[:6]}"
+    run_id = f"slurm://torchx/lost-{uuid.uuid4().hex[:6]}"
+    winner = MlflowStore(mlflow_uri, experiment)
+    winner_id, won = winner._create_once(run_id)  # another rank's claim, made first
+    assert won
+    winner.client.set_tag(winner_id, RUN_ID_TAG, run_id)
+    loser = MlflowStore(mlflow_uri, experiment)
+    loser._runs_of = lambda _run_id: []  # this rank searched before the winner's run had its tag
+    loser.add_metadata(run_id, big="b" * 20000, **{f"k{k}": k for k in range(150)})
+    assert loser.mlflow_run_id(run_id) == winner_id
+    assert MlflowStore(mlflow_uri, experiment).metadata(run_id) == {
+        "big": "b" * 20000,
+        **{f"k{k}": k for k in range(150)},
+    }
+
+
 def test_more_than_a_batch_of_metadata_and_numbers_as_metrics(mlflow_uri):
     store = MlflowStore(mlflow_uri, f"batch-{uuid.uuid4().hex[:6]}")
     run_id = "slurm://torchx/batch-1"

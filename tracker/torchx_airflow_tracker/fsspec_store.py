@@ -9,10 +9,15 @@ other (TorchX 0.7's reader and TorchX main's list exactly the runs this store li
 
 plus what TorchX's reader never looks at (see ``store_layout``)::
 
-    <root>/<b32(run_id)>/edges/<parent>.<name>       one file per (source, artifact name): never rewritten
+    <root>/<b32(run_id)>/edges/<parent>.<name>       object stores: one file per (source, artifact
+                                                     name), never rewritten (local disks append each
+                                                     name to sources/ in one O_APPEND write instead)
     <root>/<b32(run_id)>/.staging/                   local disks: files before their rename
     <root>/<b32(run_id)>/id                          the run id, when it is too long for a name
     <root>/.d.<parent>.<run_id>.<name>               reverse edge: run_id has parent as a source
+    <root>/.e.<parent>.<run_id>.<name>               the same, for the first edge of a run this store
+                                                     made: it stands for the run's .i. marker too
+                                                     (local disks: a hard link to its sources/ file)
     <root>/.i.<b32(run_id)>                          every source of run_id has its reverse edge
     <root>/.c.<key>                                  a cache record (``cache_records``)
 
@@ -35,15 +40,17 @@ import logging
 import posixpath
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from torchx.tracker.api import TrackerArtifact, TrackerBase
 
 from torchx_airflow_tracker.cache_records import FsspecCacheRecords
 from torchx_airflow_tracker.config import TrackerConfigError, parse_config
+from torchx_airflow_tracker.root_listing import LocalListingCache, RootListing
 from torchx_airflow_tracker.run_graph import (
     DEFAULT_DEPTH,
+    EdgeGraph,
     EdgeQueries,
     RunLineage,
     artifact_names_key,
@@ -59,7 +66,6 @@ from torchx_airflow_tracker.store_layout import (
     LEGACY_INDEX_ID,
     LONG_ID_PREFIX,
     METADATA,
-    REVERSE_PREFIX,
     SOURCES,
     STAGING,
     Edge,
@@ -68,6 +74,7 @@ from torchx_airflow_tracker.store_layout import (
     edge_from_content,
     edge_from_keys,
     key,
+    named_by_digest,
     parse_reverse_marker,
     run_dir_name,
 )
@@ -90,22 +97,11 @@ def _decode_names(text: str) -> Names:
     return artifact_names_key(line or None for line in lines) if lines else (None,)
 
 
-class _Graph:
+class _Graph(EdgeGraph):
     """Every edge of a store, both ways, from one listing of its root."""
 
-    def __init__(self) -> None:
-        self.parents: dict[str, dict[str, set[str | None]]] = {}
-        self.children: dict[str, dict[str, set[str | None]]] = {}
-
-    def add(self, edge: Edge) -> None:
-        self.parents.setdefault(edge.run_id, {}).setdefault(edge.source_id, set()).add(edge.artifact_name)
-        self.children.setdefault(edge.source_id, {}).setdefault(edge.run_id, set()).add(edge.artifact_name)
-
-    def parents_of(self, run_id: str) -> dict[str, Names]:
-        return {p: artifact_names_key(n) for p, n in self.parents.get(run_id, {}).items()}
-
-    def children_of(self, run_id: str) -> dict[str, Names]:
-        return {c: artifact_names_key(n) for c, n in self.children.get(run_id, {}).items()}
+    def add_edge(self, edge: Edge) -> None:
+        self.add(edge.source_id, edge.run_id, edge.artifact_name)
 
 
 class FsspecStore(EdgeQueries, TrackerBase):
@@ -131,6 +127,8 @@ class FsspecStore(EdgeQueries, TrackerBase):
         self._touched: set[str] = set()  # run dirs this object has indexed (their .i. marker exists)
         self._edges_written: set[Edge] = set()
         self._scanned: dict[str, list[Edge]] = {}  # unindexed run dirs read once by this object
+        self._listing_cache = LocalListingCache(self.root) if self.files.local else None
+        self._entry_texts: dict[str, tuple[Hashable, str]] = {}  # object stores: {path: (version, text)}
 
     def create_root(self) -> None:
         """Writer: make the root exist (readers never create it); raises when it cannot be created."""
@@ -147,17 +145,24 @@ class FsspecStore(EdgeQueries, TrackerBase):
         return posixpath.join(self.root, run_dir_name(run_id))
 
     def _read_json_entries(self, run_id: str, category: str) -> list[tuple[str, Any]]:
+        """The entries of a run's category, parsed; on object stores each version of an entry is
+        fetched once per store object (entries are written once: a query then costs one listing)."""
         directory = posixpath.join(self._run_dir(run_id), category)
         entries = []
-        for name in self.files.names(directory):
+        for name, version in self.files.versioned_names(directory):
             path = posixpath.join(directory, name)
-            text = self.files.read_text(path)
+            known = self._entry_texts.get(path)
+            text = known[1] if known is not None and version is not None and known[0] == version else None
+            if text is None:
+                text = self.files.read_text(path)
             if text is None:  # removed since listed
                 continue
             try:
                 entries.append((path, json.loads(text)))
             except json.JSONDecodeError:
                 continue  # an entry still being written: not there yet (no prefix of one is JSON)
+            if version is not None:
+                self._entry_texts[path] = (version, text)
         return entries
 
     def _append(self, run_id: str, category: str, content: Mapping[str, Any]) -> None:
@@ -169,15 +174,31 @@ class FsspecStore(EdgeQueries, TrackerBase):
     def _touch(self, run_id: str) -> str:
         """The run's directory, once per run and object made ready for writes: its long id kept,
         its earlier sources (a run TorchX's tracker started) indexed, its ``.i.`` marker set."""
+        return self._prepare(run_id)[0]
+
+    def _prepare(self, run_id: str, first_edge: Edge | None = None) -> tuple[str, bool]:
+        """``_touch``; True when the run is new and ``first_edge`` is to index it (see ``add_source``).
+
+        On local disks the run's directory is made first: a run whose directory this call made has
+        no earlier sources to index, so there is no marker or edge of it to read (most writes of a
+        job go to a run new to the store), and its ``.i.`` marker is written at once, unless its
+        first edge, about to be added, is to stand for it.
+        """
         run_dir = self._run_dir(run_id)
         dir_name = posixpath.basename(run_dir)
         if dir_name in self._touched:
-            return run_dir
+            return run_dir, False
+        made = self.files.local and self.files.make_dir(run_dir)
         if LONG_ID_PREFIX in (decode_name(dir_name) or ""):
             self.files.create_once(posixpath.join(run_dir, ID_FILE), run_id)
-        self._index_run(dir_name, run_id)
+        if made and first_edge is not None and first_edge.named_in_full():
+            return run_dir, True  # marked touched once the first-edge marker is there
+        if made:
+            self.files.create_once(posixpath.join(self.root, INDEXED_PREFIX + dir_name))
+        else:
+            self._index_run(dir_name, run_id)
         self._touched.add(dir_name)
-        return run_dir
+        return run_dir, False
 
     def _index_run(self, dir_name: str, run_id: str, force: bool = False) -> int:
         """Write the reverse markers of a run's sources, then its ``.i.`` marker; the markers written."""
@@ -189,7 +210,9 @@ class FsspecStore(EdgeQueries, TrackerBase):
         return written
 
     def _write_reverse(self, edge: Edge) -> int:
-        return int(self.files.create_once(posixpath.join(self.root, edge.reverse_marker()), edge.content()))
+        marker = posixpath.join(self.root, edge.reverse_marker())
+        # readers read the content only where a key in the name is a digest: an empty file otherwise
+        return int(self.files.create_once(marker, "" if edge.named_in_full() else edge.content()))
 
     # TrackerBase
 
@@ -228,25 +251,47 @@ class FsspecStore(EdgeQueries, TrackerBase):
         edge = Edge(source_id, run_id, artifact_name or None)
         if edge in self._edges_written:
             return  # the same edge twice is one edge
-        run_dir = self._touch(run_id)
-        # reverse first: a writer dying before the forward edge leaves a descendant, never loses one
-        self._write_reverse(edge)
-        self.files.create_once(posixpath.join(run_dir, EDGES, edge.forward_marker()), edge.content())
-        self._add_to_torchx_edge(run_dir, source_id, edge.artifact_name)
+        run_dir, first = self._prepare(run_id, first_edge=edge)
+        if first:
+            self._add_first_edge(run_dir, edge)
+        else:
+            # reverse first: a writer dying before the forward edge leaves a descendant, never loses one
+            self._write_reverse(edge)
+            # local disks keep every name in sources/ (one O_APPEND write each), and the source's id
+            # in that file's name unless it is too long for one
+            if not self.files.local or named_by_digest(source_id):
+                self.files.create_once(posixpath.join(run_dir, EDGES, edge.forward_marker()), edge.content())
+            self._add_to_torchx_edge(run_dir, source_id, edge.artifact_name)
         self._edges_written.add(edge)
 
-    def _add_to_torchx_edge(self, run_dir: str, source_id: str, artifact_name: str | None) -> None:
-        """The edge in TorchX's form (``sources/<b32(parent)>``), for TorchX's reader."""
+    def _add_first_edge(self, run_dir: str, edge: Edge) -> None:
+        """The first edge of a run this call made (local disks): the ``sources/`` line, then the
+        first-edge marker as a hard link to that file (a link makes no new file: the marker's name
+        holds the whole edge, and its content is never read). Until the marker is there the run
+        is not indexed, so readers read its ``sources/``: the edge is never out of sight."""
+        path = self._add_to_torchx_edge(run_dir, edge.source_id, edge.artifact_name, new_run=True)
+        self.files.link_once(path, posixpath.join(self.root, edge.reverse_marker(first=True)))
+        self._touched.add(posixpath.basename(run_dir))
+
+    def _add_to_torchx_edge(
+        self, run_dir: str, source_id: str, artifact_name: str | None, new_run: bool = False
+    ) -> str:
+        """The edge in TorchX's form (``sources/<b32(parent)>``), for TorchX's reader; the file's path.
+
+        ``new_run``: this call made the run's directory, so it has no sources yet to read (a rank
+        racing in between may add a duplicate line, which readers take as one name).
+        """
         path = posixpath.join(run_dir, SOURCES, run_dir_name(source_id))
-        text = self.files.read_text(path)
+        text = None if new_run else self.files.read_text(path)
         known = _decode_names(text) if text is not None else ()
         if artifact_name in known:
-            return
+            return path
         if self.files.local:  # one O_APPEND write: concurrent writers keep every line
-            self.files.append_line(path, artifact_name or "")
+            self.files.append_line(path, artifact_name or "", new_dir=new_run)
         else:  # names lost here in a race stay in edges/, which this store reads
             names = artifact_names_key((*known, artifact_name))
             self.files.write(path, "".join(f"{n or ''}\n" for n in names), posixpath.join(run_dir, STAGING))
+        return path
 
     def _forward_edges(self, run_id: str, dir_name: str | None = None) -> list[Edge]:
         """A run's edges to its sources, read from its own directory (this store's and TorchX's)."""
@@ -285,7 +330,7 @@ class FsspecStore(EdgeQueries, TrackerBase):
     def _parents(self, run_id: str) -> dict[str, Names]:
         graph = _Graph()
         for edge in self._forward_edges(run_id):
-            graph.add(edge)
+            graph.add_edge(edge)
         return graph.parents_of(run_id)
 
     def _children(self, run_id: str) -> dict[str, Names]:
@@ -312,16 +357,23 @@ class FsspecStore(EdgeQueries, TrackerBase):
             runs[name] = decoded
         return runs
 
+    def _listing(self) -> RootListing:
+        """The root's listing: the last one while a local root is unchanged, else a new one."""
+        stamp = self._listing_cache.stamp() if self._listing_cache is not None else None
+        listing = self._listing_cache.get(stamp) if self._listing_cache is not None else None
+        if listing is None:
+            listing = RootListing(self._root_names())
+            if self._listing_cache is not None:
+                self._listing_cache.keep(stamp, listing)
+        return listing
+
     def graph(self, source_id: str | None = None) -> _Graph:
         """Every edge of the store (``source_id``: only the edges from it): the reverse markers, and
-        the runs that have none yet read in full. One listing of the root either way; with
-        ``source_id`` only the markers named after it are decoded (its key leads their names)."""
-        names = self._root_names()
+        the runs that have none yet read in full. One listing of the root either way (none while a
+        local root is unchanged); with ``source_id`` only the markers named after it are read."""
+        listing = self._listing()
         graph = _Graph()
-        prefix = REVERSE_PREFIX if source_id is None else f"{REVERSE_PREFIX}{key(source_id)}."
-        for name in names:
-            if not name.startswith(prefix):
-                continue
+        for name in listing.markers(None if source_id is None else key(source_id)):
             keys = parse_reverse_marker(name)
             if keys is None:
                 continue
@@ -329,24 +381,22 @@ class FsspecStore(EdgeQueries, TrackerBase):
                 self.files.read_text(posixpath.join(self.root, name))
             )
             if edge is not None:
-                graph.add(edge)
-        indexed = {n[len(INDEXED_PREFIX) :] for n in names if n.startswith(INDEXED_PREFIX)}
-        unindexed = [n for n in names if not n.startswith(".") and n not in indexed]
-        for dir_name, run_id in self._run_dirs(unindexed).items():
+                graph.add_edge(edge)
+        if listing.unindexed_runs is None:
+            listing.unindexed_runs = self._run_dirs(listing.unindexed())
+        for dir_name, run_id in listing.unindexed_runs.items():
             if dir_name not in self._scanned:
                 self._scanned[dir_name] = self._forward_edges(run_id, dir_name) + self._legacy_children(
                     run_id, dir_name
                 )
             for edge in self._scanned[dir_name]:
                 if source_id is None or edge.source_id == source_id:
-                    graph.add(edge)
+                    graph.add_edge(edge)
         return graph
 
     def ensure_indexed(self) -> int:
         """Writer: index the runs that have no ``.i.`` marker yet; returns the reverse markers written."""
-        names = self._root_names()
-        indexed = {n[len(INDEXED_PREFIX) :] for n in names if n.startswith(INDEXED_PREFIX)}
-        todo = self._run_dirs(n for n in names if not n.startswith(".") and n not in indexed)
+        todo = self._run_dirs(RootListing(self._root_names()).unindexed())
         return sum(self._index_run(d, r, force=True) for d, r in todo.items())
 
     def reindex(self) -> int:
@@ -375,7 +425,10 @@ class FsspecStore(EdgeQueries, TrackerBase):
             )
         if parent_run_id:
             return sorted(self.graph(parent_run_id).children_of(parent_run_id))
-        return sorted(self._run_dirs(self._root_names()).values())
+        listing = self._listing()
+        if listing.runs is None:
+            listing.runs = self._run_dirs(listing.directories())
+        return sorted(listing.runs.values())
 
 
 def create(config: str | None) -> FsspecStore:

@@ -37,7 +37,7 @@ from torchx_airflow_tracker.mlflow_tags import ValueTooLargeError as ValueTooLar
 from torchx_airflow_tracker.mlflow_tags import _batches, _encode_all, log_tags
 from torchx_airflow_tracker.mlflow_tags import decode as _decode
 from torchx_airflow_tracker.mlflow_tags import quote as _quote
-from torchx_airflow_tracker.run_graph import EdgeQueries, artifact_names_key
+from torchx_airflow_tracker.run_graph import EdgeGraph, EdgeQueries, artifact_names_key
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -57,6 +57,9 @@ CLAIM_PREFIX = ".torchx-claim."
 MAX_CLAIM_GENERATIONS = 20
 MAX_METRICS_WITH_TAGS = 900  # 1,000 entities per call, less a full batch of tags
 _SAFE_KEY = re.compile(r"[^A-Za-z0-9_\-. /]")
+# how long metadata()/artifacts() answer from the tags the last graph() read (a lineage view reads
+# the graph, then the details of its runs; a store object is made per view)
+SNAPSHOT_SECONDS = 60.0
 REGISTRY_TAG = "torchx.claims_run"  # experiment tag: the run whose params are the claims
 REGISTRY_RUN_NAME = ".torchx-claims"
 # a run made to be claimed carries this tag; RUN_ID_TAG only once it won, so searches for a run id
@@ -129,6 +132,12 @@ def _fits_float(value: float) -> bool:
         return False
 
 
+def _first_batch(tags: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The first ``log_batch``-sized group of ``tags`` (in order), and the rest."""
+    first = dict(next(_batches(tags), []))
+    return first, {k: v for k, v in tags.items() if k not in first}
+
+
 def _metadata_entries(kwargs: Mapping[str, object]) -> tuple[dict[str, Any], dict[str, float]]:
     entries, metrics = {}, {}
     for key, value in kwargs.items():
@@ -162,6 +171,9 @@ class MlflowStore(EdgeQueries, TrackerBase):
         self._username = username
         self._password = password
         self._mlflow_ids: dict[str, str] = {}
+        self._known_claims_run: str | None = None
+        # graph(): (when, {TorchX run id: its run's tags})
+        self._snapshot: tuple[float, dict[str, dict[str, str]]] | None = None
 
     def __repr__(self) -> str:
         from torchx_airflow_tracker.config import without_userinfo
@@ -192,6 +204,7 @@ class MlflowStore(EdgeQueries, TrackerBase):
 
         found = self.client.get_experiment_by_name(self.experiment)
         if found is not None:
+            self._known_claims_run = found.tags.get(REGISTRY_TAG)  # saves a lookup when creating a run
             return found.experiment_id
         try:
             return self.client.create_experiment(self.experiment)
@@ -241,7 +254,10 @@ class MlflowStore(EdgeQueries, TrackerBase):
         """
         from mlflow.exceptions import MlflowException
 
-        experiment = self.client.get_experiment(self.experiment_id)
+        experiment_id = self.experiment_id  # its lookup names the claims run, once there is one
+        if self._known_claims_run:
+            return self._known_claims_run
+        experiment = self.client.get_experiment(experiment_id)
         if experiment.tags.get(REGISTRY_TAG):
             return experiment.tags[REGISTRY_TAG]
         candidate = self.client.create_run(self.experiment_id, run_name=REGISTRY_RUN_NAME).info.run_id
@@ -267,7 +283,7 @@ class MlflowStore(EdgeQueries, TrackerBase):
                 raise
         return winner
 
-    def _create_once(self, run_id: str) -> tuple[str, bool]:
+    def _create_once(self, run_id: str, tags: Mapping[str, str] | None = None) -> tuple[str, bool]:
         """Create the MLflow run of ``run_id`` unless another rank's is claimed.
 
         Returns the run and whether it is this call's: the caller then tags it with ``RUN_ID_TAG``. The run is
@@ -275,10 +291,13 @@ class MlflowStore(EdgeQueries, TrackerBase):
         for a slow ``create_run``, and no rank polls. A rank that loses deletes its own run and
         finds the winner among the runs of ``run_id`` (setting the claim to the winner's value is
         allowed). A claim whose run a user deleted passes to the next generation.
+
+        ``tags``: the first write's tags, carried by ``create_run`` (MLflow takes them in the same
+        request at the same cost); a rank that loses must write them to the winner's run itself.
         """
         claims = self._claims_run
         mine = self.client.create_run(
-            self.experiment_id, run_name=run_id, tags={CANDIDATE_TAG: run_id}
+            self.experiment_id, run_name=run_id, tags={**(tags or {}), CANDIDATE_TAG: run_id}
         ).info.run_id
         for generation in range(MAX_CLAIM_GENERATIONS):
             key = f"{_digest(run_id)}.{generation}"
@@ -307,14 +326,41 @@ class MlflowStore(EdgeQueries, TrackerBase):
             return False  # another run holds this claim
         return True
 
-    def _all_tags(self, run_id: str) -> dict[str, str]:
+    def _all_tags(self, run_id: str, snapshot: bool = False) -> dict[str, str]:
+        """The tags of the run; ``snapshot``: as the last ``graph()`` read them, while recent."""
+        if snapshot and self._snapshot is not None and run_id in self._snapshot[1]:
+            if time.monotonic() - self._snapshot[0] < SNAPSHOT_SECONDS:
+                return self._snapshot[1][run_id]
         mlflow_id = self.mlflow_run_id(run_id)
         return {} if mlflow_id is None else dict(self.client.get_run(mlflow_id).data.tags)
 
-    def _entries(self, run_id: str, prefix: str) -> list[Any]:
+    def _entries(self, run_id: str, prefix: str, snapshot: bool = False) -> list[Any]:
         """The payloads of a run's tags under ``prefix``, in tag-key order."""
-        tags = self._all_tags(run_id)
+        tags = self._all_tags(run_id, snapshot)
         return [_decode(v, tags) for k, v in sorted(tags.items()) if k.startswith(prefix)]
+
+    def graph(self) -> EdgeGraph:
+        """Every edge of the experiment from one search of its runs (a request per 1,000 runs).
+
+        The runs' tags are kept: for ``SNAPSHOT_SECONDS`` ``metadata()`` and ``artifacts()`` of a run
+        read in it make no request (this object's own writes to a run drop it from the snapshot).
+        The lineage view reads a store's graph, then the details of the runs it draws.
+        """
+        runs = self._search(f"tags.`{RUN_ID_TAG}` LIKE '%'")
+        tags_of: dict[str, dict[str, str]] = {}
+        # the earliest run of an id is its run (as _runs_of picks it)
+        for run in sorted(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id), reverse=True):
+            tags_of[run.data.tags[RUN_ID_TAG]] = dict(run.data.tags)
+            self._mlflow_ids[run.data.tags[RUN_ID_TAG]] = run.info.run_id
+        graph = EdgeGraph()
+        for run_id, tags in tags_of.items():
+            for tag_key, value in tags.items():
+                if tag_key.startswith(SOURCE_PREFIX):
+                    entry = _decode(value, tags)
+                    for name in artifact_names_key(entry["artifact_names"]):
+                        graph.add(entry["source"], run_id, name)
+        self._snapshot = (time.monotonic(), tags_of)
+        return graph
 
     def _log_tags(
         self,
@@ -326,12 +372,19 @@ class MlflowStore(EdgeQueries, TrackerBase):
         from mlflow.entities import Metric, RunTag
 
         parts, tags = _encode_all(entries)  # all first: a bad value writes nothing
+        if self._snapshot is not None:
+            self._snapshot[1].pop(run_id, None)
         mlflow_id = self.mlflow_run_id(run_id)
         if mlflow_id is None:
-            mlflow_id, won = self._create_once(run_id)
+            # a new run: its creation carries the first batch (parts before the tags that point to
+            # them); the run id tag rides with the next call, so the run shows once it has data
+            first, rest = _first_batch({**parts, **tags})
+            mlflow_id, won = self._create_once(run_id, first)
             self._mlflow_ids[run_id] = mlflow_id
-            if won:  # the run id tag rides with the first batch: the run shows once it has data
-                tags = {RUN_ID_TAG: run_id, **tags}
+            if won:
+                parts, tags = {}, {RUN_ID_TAG: run_id, **rest}
+            # a rank that lost writes all of it to the winner's run (its own, and the batch it
+            # carried, are gone)
         log_tags(self.client, mlflow_id, parts)
         now = int(time.time() * 1000)
         metric_list = [Metric(k, v, now, 0) for k, v in (metrics or {}).items()]
@@ -358,7 +411,7 @@ class MlflowStore(EdgeQueries, TrackerBase):
         _encode_all({_tag_key(ARTIFACT_PREFIX, name): {"name": name, "path": path, "metadata": metadata}})
 
     def metadata(self, run_id: str) -> Mapping[str, object]:
-        return {entry["key"]: entry["value"] for entry in self._entries(run_id, METADATA_PREFIX)}
+        return {entry["key"]: entry["value"] for entry in self._entries(run_id, METADATA_PREFIX, True)}
 
     def add_artifact(
         self, run_id: str, name: str, path: str, metadata: Mapping[str, object] | None = None
@@ -368,7 +421,7 @@ class MlflowStore(EdgeQueries, TrackerBase):
         )
 
     def artifacts(self, run_id: str) -> Mapping[str, TrackerArtifact]:
-        entries = self._entries(run_id, ARTIFACT_PREFIX)
+        entries = self._entries(run_id, ARTIFACT_PREFIX, True)
         return {e["name"]: TrackerArtifact(e["name"], e["path"], e["metadata"]) for e in entries}
 
     def _parents(self, run_id: str) -> dict[str, tuple[str | None, ...]]:

@@ -187,3 +187,22 @@ class EdgeQueries:
 
     def lineage(self, run_id: str, depth: int = DEFAULT_DEPTH) -> RunLineage:
         return build_lineage(run_id, self._parents, self._children, depth)
+
+
+class EdgeGraph:
+    """Every edge of a store both ways, read at once (a store's ``graph()``): ``parents_of`` and
+    ``children_of`` answer from memory, ``{run id: artifact names}`` as ``_parents``/``_children``."""
+
+    def __init__(self) -> None:
+        self.parents: dict[str, dict[str, set[str | None]]] = {}
+        self.children: dict[str, dict[str, set[str | None]]] = {}
+
+    def add(self, source_id: str, run_id: str, artifact_name: str | None) -> None:
+        self.parents.setdefault(run_id, {}).setdefault(source_id, set()).add(artifact_name)
+        self.children.setdefault(source_id, {}).setdefault(run_id, set()).add(artifact_name)
+
+    def parents_of(self, run_id: str) -> dict[str, tuple[str | None, ...]]:
+        return {p: artifact_names_key(n) for p, n in self.parents.get(run_id, {}).items()}
+
+    def children_of(self, run_id: str) -> dict[str, tuple[str | None, ...]]:
+        return {c: artifact_names_key(n) for c, n in self.children.get(run_id, {}).items()}

@@ -10,12 +10,15 @@ from __future__ import annotations
 import os
 import posixpath
 import uuid
+from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import fsspec
 
 _LOCAL_PROTOCOLS = {"file", "local"}
+# what object stores' listings carry that changes with the object (s3fs: ETag, LastModified)
+_VERSION_FIELDS = ("ETag", "LastModified", "mtime", "created")
 
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
@@ -49,9 +52,26 @@ class StoreFiles:
             os.makedirs(posixpath.dirname(path), exist_ok=True)
             os.replace(tmp, path)
 
-    def append_line(self, path: str, line: str) -> None:
-        """Add one line to a local file with one ``O_APPEND`` write (writers never overwrite each other)."""
+    def make_dir(self, path: str) -> bool:
+        """Local disks: make the directory ``path`` (and the missing ones above it); True if this
+        call made it, False if it was there."""
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            return False
+        except FileNotFoundError:  # the first run of a new root
+            os.makedirs(posixpath.dirname(path), exist_ok=True)
+            return self.make_dir(path)
+        return True
+
+    def append_line(self, path: str, line: str, new_dir: bool = False) -> None:
+        """Add one line to a local file with one ``O_APPEND`` write (writers never overwrite each other).
+
+        ``new_dir``: the file's directory is most likely missing, so make it first (no failing open).
+        """
         data = f"{line}\n".encode()
+        if new_dir:
+            self.make_dir(posixpath.dirname(path))
         try:
             fd = os.open(path, os.O_CREAT | os.O_APPEND | os.O_WRONLY, 0o644)
         except FileNotFoundError:
@@ -78,6 +98,18 @@ class StoreFiles:
             _write_local(path, data, mode="xb")
         except FileExistsError:
             return False
+        return True
+
+    def link_once(self, existing: str, path: str) -> bool:
+        """Local disks: a hard link at ``path`` to the file ``existing`` unless ``path`` is there (a
+        marker whose content is never read); an empty file where the filesystem has no hard links.
+        True if it was made."""
+        try:
+            os.link(existing, path)
+        except FileExistsError:
+            return False
+        except OSError:  # no hard links here (EPERM, ENOTSUP, ...)
+            return self.create_once(path)
         return True
 
     def create(self, path: str, text: str) -> None:
@@ -125,7 +157,32 @@ class StoreFiles:
                 ]
         except (FileNotFoundError, NotADirectoryError):
             return []
-        return sorted(n for n in names if n and (hidden or not n.startswith(".")))
+        if not hidden or not self.local:  # os.listdir gives no empty name, fs.ls may give the directory
+            names = [n for n in names if n and (hidden or not n.startswith("."))]
+        names.sort()
+        return names
+
+    def versioned_names(self, directory: str) -> list[tuple[str, Hashable]]:
+        """``(name, version)`` of the entries under ``directory``, in name order, dot-names left out.
+
+        The version (object stores: size, ETag and modification time from the same listing, no
+        request more) changes whenever the file does; None where the listing gives no such thing
+        (local disks: read the file, a system call, instead).
+        """
+        if self.local:
+            return [(name, None) for name in self.names(directory)]
+        try:
+            listed = self.fs.ls(directory, detail=True, refresh=True)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        found: list[tuple[str, Hashable]] = []
+        for info in listed:
+            name = posixpath.basename(str(info["name"]).rstrip("/"))
+            if name and not name.startswith(".") and info.get("type") != "directory":
+                stamps = tuple(str(info.get(k)) for k in _VERSION_FIELDS if info.get(k) is not None)
+                found.append((name, (info.get("size"), *stamps) if stamps else None))
+        found.sort(key=lambda item: item[0])
+        return found
 
     def remove_tree(self, directory: str) -> None:
         """Remove ``directory`` and everything under it (nothing if it is missing)."""
@@ -136,10 +193,20 @@ class StoreFiles:
 
 
 def _write_local(path: str, data: bytes, mode: str = "wb") -> None:
+    """Write ``data`` to a new (``xb``: ``FileExistsError`` if there) or replaced (``wb``) local file.
+
+    Straight ``os`` calls: a Python file object costs three more system calls per file (and most of
+    the store's files are small markers and entries).
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_EXCL if mode == "xb" else os.O_TRUNC)
     try:
-        f = open(path, mode)  # not in a with: the retry below opens it again
+        fd = os.open(path, flags, 0o666)
     except FileNotFoundError:
         os.makedirs(posixpath.dirname(path), exist_ok=True)
-        f = open(path, mode)
-    with f:
-        f.write(data)
+        fd = os.open(path, flags, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)

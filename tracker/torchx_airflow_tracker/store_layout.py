@@ -25,6 +25,9 @@ from typing import Any
 METADATA, ARTIFACTS, SOURCES, DESCENDANTS = "metadata", "artifacts", "sources", "descendants"
 EDGES, STAGING, ID_FILE = "edges", ".staging", "id"
 REVERSE_PREFIX, INDEXED_PREFIX = ".d.", ".i."
+# a reverse edge that also stands for its run's ".i." marker: the first edge of a run a writer made
+# (one file less for a new run); readers of the previous version skip it and read the run in full
+FIRST_EDGE_PREFIX = ".e."
 MAX_DIR_NAME = 250  # base32 names up to here (ids up to 155 bytes); ".i." + 250 still fits 255
 MAX_KEY = 80  # three keys and their separators in one marker name stay under 255
 LONG_ID_PREFIX = "torchx-airflow-tracker:long-id:sha256:"
@@ -48,6 +51,11 @@ def run_dir_name(run_id: str) -> str:
     if len(name) <= MAX_DIR_NAME:
         return name
     return _b32(LONG_ID_PREFIX + _digest(run_id))
+
+
+def named_by_digest(run_id: str) -> bool:
+    """Whether the directory (or ``sources/`` file) named after ``run_id`` bears its digest, not the id."""
+    return len(run_dir_name(run_id)) != len(_b32(run_id))
 
 
 def decode_name(name: str) -> str | None:
@@ -85,9 +93,18 @@ class Edge:
     run_id: str
     artifact_name: str | None
 
-    def reverse_marker(self) -> str:
-        """The marker's file name under the root (the source first, so a prefix lists its children)."""
-        return f"{REVERSE_PREFIX}{key(self.source_id)}.{key(self.run_id)}.{key(self.artifact_name)}"
+    def reverse_marker(self, first: bool = False) -> str:
+        """The marker's file name under the root (the source first, so a prefix lists its children).
+
+        ``first``: the marker also stands for the run's ``.i.`` marker (see ``named_in_full``).
+        """
+        prefix = FIRST_EDGE_PREFIX if first else REVERSE_PREFIX
+        return f"{prefix}{key(self.source_id)}.{key(self.run_id)}.{key(self.artifact_name)}"
+
+    def named_in_full(self) -> bool:
+        """Whether a marker's name holds the whole edge (no key is a digest); the run's key is then
+        its directory's name, so a first-edge marker can stand for the run's ``.i.`` marker."""
+        return not any(key(v).startswith("_") for v in (self.source_id, self.run_id, self.artifact_name))
 
     def forward_marker(self) -> str:
         """The marker's file name under the run's ``edges/`` directory."""
@@ -98,8 +115,8 @@ class Edge:
 
 
 def parse_reverse_marker(name: str) -> tuple[str, str, str] | None:
-    """The three keys of a reverse marker's file name, or None if it is not one."""
-    if not name.startswith(REVERSE_PREFIX):
+    """The three keys of a reverse marker's file name (either kind), or None if it is not one."""
+    if not name.startswith((REVERSE_PREFIX, FIRST_EDGE_PREFIX)):
         return None
     parts = name[len(REVERSE_PREFIX) :].split(".")
     return (parts[0], parts[1], parts[2]) if len(parts) == 3 else None
