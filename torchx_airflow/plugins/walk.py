@@ -6,9 +6,9 @@ same round, so the runs nearest to the DAG run are the ones drawn when the graph
 fixed number of store reads (its sources, its descendants, later its metadata and artifacts), so a
 view costs at most ``budget`` times that, whatever the size of the store.
 
-A store that can give its whole edge graph from one listing (the fsspec store's ``graph()``) is
-listed once per walk (``graph_snapshot``); one that answers edge queries run by run (MLflow) is
-asked per admitted run. Either way the walk only reads.
+A store that gives its whole edge graph at once (``graph()``: the fsspec store from one listing, the
+MLflow store from one search) is read once per walk (``graph_snapshot``); any other store is asked
+per admitted run. Either way the walk only reads.
 """
 
 from __future__ import annotations
