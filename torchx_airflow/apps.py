@@ -221,7 +221,11 @@ def build_task_app(
     id made scheduler-safe; ``app_name=""`` keeps the component's own. The one builder: the operator
     submits what it returns, and OpenLineage describes the same app before it is submitted.
     """
-    task_env = {str(k): str(v) for k, v in mapping_param(task_id, "env", env).items()}
+    from torchx_airflow.settings.checks import check_env_names
+
+    given_env = mapping_param(task_id, "env", env)
+    check_env_names(given_env, f"Task {task_id!r}: env")
+    task_env = {str(k): str(v) for k, v in given_env.items()}
     if component is not None:
         built = build_app_from_component(component, normalize_component_args(component_args))
     elif app is not None:
@@ -229,6 +233,7 @@ def build_task_app(
     else:
         raise TorchXComponentError(f"Task {task_id!r}: give a component or an AppDef to build an app from.")
     for role in built.roles:
+        check_env_names(role.env, f"Task {task_id!r}: the env of role {role.name!r}")
         role.env = {**role.env, **(extra_env or {}), **task_env}
     name = app_name_for(task_id) if app_name is None else str(app_name).strip()
     if name:

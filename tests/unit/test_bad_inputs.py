@@ -335,6 +335,10 @@ OPERATOR_ROWS = [
         {"cache_ignore_args": "--out"}, "got '--out'", '["--out", "--log-level"', id="cache_ignore_args"
     ),
     pytest.param({"cache_ttl": 0}, "got 0", "cache_ttl=timedelta(days=7)", id="cache_ttl"),
+    # env names: a ',' or '=' would split srun's --export list into other variables
+    pytest.param({"env": {"A,LD_PRELOAD": "x"}}, "'A,LD_PRELOAD'", "Rename it", id="env-name-comma"),
+    pytest.param({"env": {"K=V": "x"}}, "'K=V'", "Rename it", id="env-name-equals"),
+    pytest.param({"env": {"1ST": "x"}}, "'1ST'", "not starting with a digit", id="env-name-digit"),
     pytest.param(
         {"cache": True, "wait_for_completion": False},
         "cache=True needs wait_for_completion=True",
@@ -342,6 +346,18 @@ OPERATOR_ROWS = [
         id="cache-without-wait",
     ),
 ]
+
+
+def test_a_bad_env_name_in_an_appdef_role_is_refused_before_the_dry_run():
+    from torchx.specs import AppDef, Role
+
+    from torchx_airflow.operators.torchx import TorchXOperator
+
+    role = Role(name="trainer", image="/tmp", entrypoint="true", env={"OK": "1", "NCCL,X": "1"})
+    op = TorchXOperator(task_id="bad_role_env", app=AppDef(name="a", roles=[role]), tracker_conn_ids=[])
+    with pytest.raises(TorchXInputError) as err:
+        op.build_app()
+    _assert_named(str(err.value), "the env of role 'trainer': 'NCCL,X'", "Rename it")
 
 
 @pytest.mark.parametrize(("kwargs", "shown", "fix"), OPERATOR_ROWS)

@@ -9,7 +9,8 @@ value and the fix. None (unset) stays None: the next level of the resolver decid
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -18,6 +19,24 @@ from torchx_airflow.exceptions import TorchXConfigError
 #: Defaults of the settings the checks below mention in their messages (``settings.options`` has all).
 DEFAULT_OUTAGE_TIMEOUT = 600.0
 DEFAULT_INFRASTRUCTURE_RETRIES = 3
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_env_names(names: Iterable[object], where: str) -> None:
+    """Every name an environment variable name (``[A-Za-z_][A-Za-z0-9_]*``).
+
+    A name holding ``,`` or ``=`` would split ``srun --export=ALL,K=V,...`` (Slurm) into other
+    variables, and a shell could not read it anyway: refused before anything is submitted.
+    """
+    for name in names:
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            raise TorchXConfigError(
+                f"{where}: {name!r} is not an environment variable name: names are letters, digits and "
+                "'_', not starting with a digit (a ',' or '=' would split the job's --export list into "
+                "other variables). Rename it, e.g. 'MY_SETTING'; put anything else in the value."
+            )
 
 
 def check_positive_seconds(value: Any, name: str, where: str) -> float | None:
