@@ -74,7 +74,7 @@ class _Setup:
             app=None,
             env=env,
             app_name=None,
-            rules=("--out",),
+            rules=("--out=*",),
         )
         scheduler = self.hook.scheduler
         cfg = self.hook.resolve_cfg(scheduler, self.hook.cfg)

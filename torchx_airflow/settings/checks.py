@@ -39,27 +39,42 @@ def check_env_names(names: Iterable[object], where: str) -> None:
             )
 
 
-def check_positive_seconds(value: Any, name: str, where: str) -> float | None:
-    """``value`` as a positive number of seconds."""
-    if value is None or value == "":
+def _finite(value: Any) -> float | None:
+    """``value`` as a finite float: a number, or a string holding one (a connection extra typed in
+    the UI, a ``[torchx]`` option); None for anything else, NaN and infinities included, which would
+    make a wait end at once or never and a TTL keep a result forever."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None
     try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        seconds = -1.0
-    if isinstance(value, bool) or not seconds > 0:
-        raise TorchXConfigError(f"{where}: {name} must be a positive number of seconds, got {value!r}.")
+        number = float(value)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def check_positive_seconds(value: Any, name: str, where: str) -> float | None:
+    """``value`` as a positive, finite number of seconds (a numeric string becomes its number)."""
+    if value is None or value == "":
+        return None
+    seconds = _finite(value)
+    if seconds is None or not seconds > 0:
+        raise TorchXConfigError(
+            f"{where}: {name} must be a positive, finite number of seconds, got {value!r}. Write it as "
+            f"e.g. {name}=60, or leave it out for [torchx] {name}."
+        )
     return value if isinstance(value, int | float) else seconds
 
 
 def check_non_negative_seconds(value: Any, where: str) -> float | None:
-    """``value`` as seconds, 0 or more (a negative number counts as 0)."""
+    """``value`` as seconds, 0 or more (a negative number counts as 0); finite."""
     if value is None or value == "":
         return None
-    try:
-        return max(0.0, float(value))
-    except (TypeError, ValueError):
-        raise TorchXConfigError(f"{where} must be a number of seconds (0 or more), got {value!r}.") from None
+    seconds = _finite(value)
+    if seconds is None:
+        raise TorchXConfigError(
+            f"{where} must be a finite number of seconds (0 or more), got {value!r}. Write it as e.g. 5."
+        )
+    return max(0.0, seconds)
 
 
 def check_count(value: Any, name: str, where: str) -> int | None:
@@ -76,13 +91,10 @@ def check_outage_timeout(value: Any, where: str) -> float | None:
 
     if value is None or value == "":
         return None
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        seconds = -1.0
-    if not seconds > 0:
+    seconds = _finite(value)
+    if seconds is None or not seconds > 0:
         raise TorchXConfigError(
-            f"{where}: outage_timeout must be a positive number of seconds, got {value!r}. "
+            f"{where}: outage_timeout must be a positive, finite number of seconds, got {value!r}. "
             f"Give e.g. 1800 (wait out a scheduler outage of up to 30 minutes), or leave it unset "
             f"for [torchx] outage_timeout ({DEFAULT_OUTAGE_TIMEOUT:.0f} s by default)."
         )
@@ -115,8 +127,8 @@ def check_checkpoint_artifact(name: Any, where: str) -> str:
 def check_ignore_args(value: Any, where: str) -> tuple[str, ...]:
     """``cache_ignore_args`` as a tuple of non-empty strings; anything else is refused.
 
-    >>> check_ignore_args(["--out", "/tmp/run-*"], "Task 't'")
-    ('--out', '/tmp/run-*')
+    >>> check_ignore_args(["--out=*", "/tmp/run-*"], "Task 't'")
+    ('--out=*', '/tmp/run-*')
     """
     if value is None:
         return ()
@@ -127,8 +139,9 @@ def check_ignore_args(value: Any, where: str) -> tuple[str, ...]:
     ):
         raise TorchXConfigError(
             f"{where}: cache_ignore_args must be a list of option names or patterns, got {value!r}. "
-            'Write it as e.g. ["--out", "--log-level", "/tmp/run-*"]: an option name ignores its value, '
-            "anything else is an fnmatch pattern matched against whole arguments."
+            'Write it as e.g. ["--out=*", "-v", "/tmp/run-*"]: "--out=*" ignores the value of an option '
+            'that takes one, a bare name such as "-v" a flag (never the argument after it), anything '
+            "else is an fnmatch pattern matched against whole arguments."
         )
     return tuple(v.strip() for v in value)
 
@@ -137,10 +150,10 @@ def check_ttl(value: Any, where: str) -> float | None:
     """``cache_ttl`` in seconds (a number or a ``timedelta``); None keeps the default."""
     if value is None:
         return None
-    seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
+    seconds = _finite(value.total_seconds() if isinstance(value, timedelta) else value)
+    if seconds is None or not seconds > 0:
         raise TorchXConfigError(
-            f"{where}: cache_ttl must be a positive number of seconds or a timedelta, got {value!r}. "
+            f"{where}: cache_ttl must be a positive, finite number of seconds or a timedelta, got {value!r}. "
             "Write it as e.g. cache_ttl=timedelta(days=7) or cache_ttl=604800."
         )
     return float(seconds)
@@ -178,6 +191,12 @@ def check_cost_params(
 
 def check_cache(cache: Any, wait_for_completion: bool, where: str) -> bool | None:
     """A task's ``cache``: True, False or None (the connection decides); True needs waiting."""
+    if cache is not None and not isinstance(cache, bool):
+        # "false" is a true value: a string here would turn caching on
+        raise TorchXConfigError(
+            f"{where}: cache must be True, False or None (the connection decides), got {cache!r}. "
+            "Write cache=True or cache=False, without quotes."
+        )
     if cache and not wait_for_completion:
         raise TorchXConfigError(
             f"{where}: cache=True needs wait_for_completion=True: a task that does not wait never sees "

@@ -16,9 +16,10 @@ With ``TorchXOperator(cache=True)`` (or ``@task.torchx(cache=True)``, or the con
   lineage): its path and what its store offers about it (content digest, ETag, size, time);
 - ``cache_salt``, and the key format's version.
 
-``cache_ignore_args`` leaves arguments out: ``"--out"`` the value of the option ``--out`` (``--out
-X`` or ``--out=X``; a flag with no value goes altogether), anything else is an ``fnmatch`` pattern
-matched against whole arguments (``"/tmp/run-*"``). Ignored values are replaced, not dropped, so a
+``cache_ignore_args`` leaves arguments out: ``"--out=*"`` the value of the option ``--out`` (``--out
+X`` or ``--out=X``), ``"-v"`` the flag ``-v`` (dropped; ``-v=X`` leaves X out; the argument after a
+flag is never taken, so no rule can swallow a positional file), anything else is an ``fnmatch``
+pattern matched against whole arguments (``"/tmp/run-*"``). Ignored values are replaced, not dropped, so a
 component still parses its arguments: for a component they apply to ``component_args``, for an
 ``AppDef`` to each role's arguments.
 
@@ -54,7 +55,6 @@ IGNORED = "<cache_ignore_args>"
 # PBKDF2 rounds for secret values in a key: the key is stored, and a guess costs this many hashes
 SECRET_ROUNDS = 100_000
 _GLOB = re.compile(r"[*?\[]")
-_NUMBER = re.compile(r"^-\d")
 
 
 # parameters
@@ -64,29 +64,39 @@ def _is_option_rule(rule: str) -> bool:
     return rule.startswith("-") and "=" not in rule and not _GLOB.search(rule)
 
 
-def _is_value(arg: str) -> bool:
-    return not arg.startswith("-") or bool(_NUMBER.match(arg)) or arg == "-"
+def _valued_option(rule: str) -> str | None:
+    """``--out`` for the rule ``--out=*`` (an option declared as taking a value), else None."""
+    name, equals, value = rule.partition("=")
+    if equals and value == "*" and _is_option_rule(name):
+        return name
+    return None
 
 
 def ignore_args(args: Sequence[str], rules: Sequence[str]) -> list[str]:
-    """``args`` with what ``rules`` ignore replaced by ``IGNORED`` (a lone flag is dropped).
+    """``args`` with what ``rules`` ignore replaced by ``IGNORED`` (a flag is dropped).
 
-    >>> ignore_args(["--lr", "0.1", "--out", "/r/1", "--log=DEBUG", "-v"], ["--out", "--log", "-v"])
-    ['--lr', '0.1', '--out', '<cache_ignore_args>', '--log=<cache_ignore_args>']
+    ``--out=*`` declares an option that takes a value: ``--out X`` and ``--out=X`` both leave X out.
+    A bare option name (``-v``, ``--log``) is a flag: ``-v`` is dropped, ``--log=X`` leaves X out,
+    and the argument after it is never taken, so ``-v a.csv`` and ``-v b.csv`` keep their files
+    apart. Anything else is an ``fnmatch`` pattern matched against whole arguments.
+
+    >>> ignore_args(["--out", "/r/1", "--log=DEBUG", "-v", "a.csv"], ["--out=*", "--log", "-v"])
+    ['--out', '<cache_ignore_args>', '--log=<cache_ignore_args>', 'a.csv']
     >>> ignore_args(["train.py", "/tmp/run-7/out"], ["/tmp/run-*"])
     ['train.py', '<cache_ignore_args>']
     """
-    options = [r for r in rules if _is_option_rule(r)]
-    patterns = [r for r in rules if not _is_option_rule(r)]
+    valued = [name for name in map(_valued_option, rules) if name is not None]
+    flags = [r for r in rules if _is_option_rule(r)]
+    patterns = [r for r in rules if not _is_option_rule(r) and _valued_option(r) is None]
     kept: list[str] = []
     i = 0
     while i < len(args):
         arg = str(args[i])
-        option = next((o for o in options if arg == o or arg.startswith(o + "=")), None)
+        option = next((o for o in (*valued, *flags) if arg == o or arg.startswith(o + "=")), None)
         if option is not None and arg.startswith(option + "="):
             kept.append(f"{option}={IGNORED}")
-        elif option is not None and i + 1 < len(args) and _is_value(str(args[i + 1])):
-            kept += [arg, IGNORED]
+        elif option in valued and i + 1 < len(args):
+            kept += [arg, IGNORED]  # the option's own value, whatever it looks like
             i += 1
         elif option is None and any(fnmatchcase(arg, p) for p in patterns):
             kept.append(IGNORED)
