@@ -53,6 +53,7 @@ class _Setup:
         )
 
     def compute_key(self, secret: bool = True) -> str:
+        from torchx_airflow.policies.cache.fingerprints import read_scope
         from torchx_airflow.policies.cache.inputs import file_inputs, key_inputs, key_of, parent_inputs
         from torchx_airflow.policies.cache.policy import key_app
 
@@ -78,8 +79,9 @@ class _Setup:
         )
         scheduler = self.hook.scheduler
         cfg = self.hook.resolve_cfg(scheduler, self.hook.cfg)
+        scope = read_scope(app, [self.store])
         inputs = key_inputs(app, scheduler, cfg, files=file_inputs(app),
-                            parents=parent_inputs(self.store, [self.parent]))  # fmt: skip
+                            parents=parent_inputs(self.store, [self.parent], scope))  # fmt: skip
         return key_of(inputs)
 
     def hit(self) -> None:

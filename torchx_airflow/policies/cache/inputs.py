@@ -47,6 +47,8 @@ if TYPE_CHECKING:
     from torchx.specs import AppDef
     from torchx.tracker.api import TrackerBase
 
+    from torchx_airflow.policies.cache.fingerprints import ReadScope
+
 KEY_VERSION = 1
 
 #: What an ignored argument's value becomes in the app the key is computed from.
@@ -192,14 +194,22 @@ def file_inputs(app: AppDef) -> dict[str, Any]:
     return {path: fingerprint(path) for path in named_files(app)}
 
 
-def parent_inputs(store: TrackerBase, parents: Sequence[str]) -> list[dict[str, Any]]:
+def parent_inputs(
+    store: TrackerBase, parents: Sequence[str], scope: ReadScope | None = None
+) -> list[dict[str, Any]]:
     """``{"path", "fingerprint"}`` of every artifact of every parent in ``store``; raises
-    ``FingerprintError`` for one that cannot be read."""
-    from torchx_airflow.policies.cache.fingerprints import fingerprint
+    ``FingerprintError`` for one that cannot or may not be read.
+
+    The paths are what the parents' runs recorded, which any job tracking to the store can write:
+    each is read within ``scope`` (``fingerprints.read_scope`` of the task and its stores; default:
+    the store's own root), never a device, a FIFO, ``/proc`` or a URL outside the stores.
+    """
+    from torchx_airflow.policies.cache.fingerprints import fingerprint, read_scope
     from torchx_airflow.secrets import strip_userinfo
 
+    scope = scope if scope is not None else read_scope(None, [store])
     paths = {str(a.path) for parent in parents for a in store.artifacts(parent).values() if a.path}
-    return [{"path": strip_userinfo(path), "fingerprint": fingerprint(path)} for path in sorted(paths)]
+    return [{"path": strip_userinfo(path), "fingerprint": fingerprint(path, scope)} for path in sorted(paths)]
 
 
 # records

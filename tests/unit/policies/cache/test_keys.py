@@ -17,6 +17,7 @@ from torchx_airflow_tracker.fsspec_store import FsspecStore
 
 from tests.secret_search import find_secret
 from torchx_airflow.exceptions import TorchXConfigError
+from torchx_airflow.policies.cache.fingerprints import read_scope
 from torchx_airflow.policies.cache.inputs import (
     IGNORED,
     file_inputs,
@@ -65,7 +66,8 @@ def _key(
         app_name=None,
         rules=rules,
     )
-    parents = parent_inputs(parent[0], [parent[1]]) if parent else []
+    # the job script's directory (tmp_path) is named by the arguments: the parent's file is under it
+    parents = parent_inputs(parent[0], [parent[1]], read_scope(app, [parent[0]])) if parent else []
     inputs = key_inputs(app, "local_cwd", cfg or {"log_dir": None, "prepend_cwd": False},
                         files=file_inputs(app), parents=parents, salt=salt)  # fmt: skip
     return key_of(inputs), inputs
@@ -120,7 +122,7 @@ def test_one_byte_of_the_job_script_gives_another_key(job, parent):
 
 def test_a_parent_artifact_on_a_remote_store_is_told_by_its_content(job):
     store = FsspecStore(f"memory://cache-{uuid.uuid4().hex}")
-    url = f"memory://artifacts-{uuid.uuid4().hex}/data.bin"
+    url = f"memory:/{store.root}/artifacts/data.bin"  # under the store's root: read with its filesystem
     import fsspec
 
     fs = fsspec.filesystem("memory")
@@ -145,7 +147,7 @@ def test_ignored_arguments_leave_the_key_as_it_was(job, parent):
     app = key_app("train", component="utils.python", component_args=app_args, app=None,
                   env={"LOG": "info", "API_TOKEN": SECRET}, app_name=None, rules=["--out=*"])  # fmt: skip
     assert IGNORED in app.roles[0].args
-    parents = parent_inputs(parent[0], [parent[1]])
+    parents = parent_inputs(parent[0], [parent[1]], read_scope(app, [parent[0]]))
     cfg = {"log_dir": None, "prepend_cwd": False}
     other = key_of(key_inputs(app, "local_cwd", cfg, files=file_inputs(app), parents=parents))
     assert other == baseline
