@@ -124,6 +124,23 @@ def check_checkpoint_artifact(name: Any, where: str) -> str:
     return name
 
 
+def check_checkpoint_root(value: Any, where: str) -> str | None:
+    """``checkpoint_root``: an absolute directory or a URL prefix (``s3://bucket/ckpt``), without
+    ``..``; None or "" stays None (the next level decides; in the end the task's output root)."""
+    if value is None or value == "":
+        return None
+    text = value.strip() if isinstance(value, str) else ""
+    is_url = "://" in text and not text.startswith("file://")
+    path = text.removeprefix("file://")
+    if not text or (not is_url and not path.startswith("/")) or ".." in path.split("/") or path == "/":
+        raise TorchXConfigError(
+            f"{where}: checkpoint_root must be an absolute directory or a URL prefix where the task's "
+            f"jobs write their checkpoints, got {value!r}. Write it as e.g. '/shared/checkpoints' or "
+            "'s3://bucket/checkpoints', or leave it unset for the task's output root."
+        )
+    return text.rstrip("/")
+
+
 def check_ignore_args(value: Any, where: str) -> tuple[str, ...]:
     """``cache_ignore_args`` as a tuple of non-empty strings; anything else is refused.
 

@@ -15,7 +15,8 @@ see ``torchx_airflow.policies.resubmission``).
 ``prices``: the price table that turns a run's usage into a cost (``torchx_airflow.policies.cost.pricing``).
 ``cache``: whether the connection's tasks are cached (``policies.cache.keys``) unless a task says
 otherwise (default false); ``cache_ttl``: seconds a cache record is used (a task's own wins; default
-30 days).
+30 days). ``checkpoint_root``: the directory (or URL prefix) a resubmitted job may resume from (a
+task's own wins; unset: ``[torchx] checkpoint_root``, else the task's output root).
 
 Also the parsers other connection types share: a JSON-object extra, the list of known extra keys.
 """
@@ -49,6 +50,7 @@ class TorchXConnectionSettings:
     prices: PriceTable | None = None
     cache: bool = False
     cache_ttl: float | None = None
+    checkpoint_root: str | None = None
 
     @classmethod
     def from_extra(cls, conn_id: str, extra: Mapping[str, Any]) -> TorchXConnectionSettings:
@@ -77,6 +79,7 @@ class TorchXConnectionSettings:
             prices=PriceTable.from_extra(conn_id, get("prices")),
             cache=parse_bool(conn_id, "cache", get("cache")),
             cache_ttl=_parse_cache_ttl(conn_id, get("cache_ttl")),
+            checkpoint_root=_parse_checkpoint_root(conn_id, get("checkpoint_root")),
         )
 
 
@@ -99,6 +102,15 @@ def _parse_cache_ttl(conn_id: str, value: Any) -> float | None:
             f"Connection {conn_id!r}: extra 'cache_ttl' must be a positive number of seconds, got "
             f"{value!r}. Write it as e.g. 604800 (7 days)."
         ) from None
+
+
+def _parse_checkpoint_root(conn_id: str, value: Any) -> str | None:
+    from torchx_airflow.settings.checks import check_checkpoint_root
+
+    try:
+        return check_checkpoint_root(value, f"Connection {conn_id!r}")
+    except TorchXConfigError as e:  # a connection's is a connection error
+        raise TorchXConnectionError(f"{e} Set extra 'checkpoint_root'.") from None
 
 
 def _parse_outage_timeout(conn_id: str, value: Any) -> float | None:

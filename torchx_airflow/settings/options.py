@@ -25,7 +25,7 @@ class SiteOption:
 
     name: str
     type: str
-    default: float | int
+    default: float | int | str
     example: str
     description: str
     overridden_by: str
@@ -43,7 +43,7 @@ class SiteOption:
             return check(value, self.name, where)
         return check(value, where)
 
-    def read(self) -> float | int:
+    def read(self) -> float | int | str:
         """The option's value in the Airflow config, checked; its default when unset."""
         from airflow.sdk.configuration import conf
 
@@ -121,6 +121,18 @@ OPTIONS: tuple[SiteOption, ...] = (
         "a torchx connection's extra cache_ttl, a task's cache_ttl",
         "check_ttl",
     ),
+    SiteOption(
+        "checkpoint_root",
+        "string",
+        "",
+        "/shared/checkpoints",
+        "Where a resubmitted job may resume from: the checkpoint path an ended job recorded must lie "
+        "under this directory (or URL prefix), else the next attempt starts fresh. Empty: the task's "
+        "output root, the directories the task's own rendered arguments name (a directory named as "
+        "itself, a file or a path not yet made as its parent directory).",
+        "a torchx connection's extra checkpoint_root, a task's checkpoint_root",
+        "check_checkpoint_root",
+    ),
 )
 
 BY_NAME = {option.name: option for option in OPTIONS}
@@ -160,8 +172,14 @@ def _number(text: Any) -> Any:
         return text
 
 
-def _text(value: float | int) -> str:
+def _text(value: float | int | str) -> str:
+    if isinstance(value, str):
+        return value
     return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _shown_default(value: float | int | str) -> str:
+    return f"`{_text(value)}`" if _text(value) else "unset"
 
 
 def options_markdown() -> str:
@@ -172,8 +190,8 @@ def options_markdown() -> str:
     ]
     for option in OPTIONS:
         rows.append(
-            f"| `{option.name}` | {option.type} | `{_text(option.default)}` | {option.overridden_by} | "
-            f"{option.description} |"
+            f"| `{option.name}` | {option.type} | {_shown_default(option.default)} | "
+            f"{option.overridden_by} | {option.description} |"
         )
     return "\n".join(rows) + "\n"
 

@@ -83,7 +83,9 @@ def test_the_cost_policy_leaves_the_ended_jobs_usage_and_cost_on_the_run():
 def test_the_resubmission_policy_answers_an_infrastructure_end_with_the_next_attempt_from_its_checkpoint():
     tracker, state = CheckpointStore(), TaskStateStore()
     run = FakeRun(FakeSchedulerHook([]), state, tracker)
-    policy = ResubmissionPolicy(infrastructure_retries=1, checkpoint_artifact="checkpoint")
+    policy = ResubmissionPolicy(
+        infrastructure_retries=1, checkpoint_artifact="checkpoint", checkpoint_root="/ckpt"
+    )
     policy.before_submit(run, run.app)
     policy.submitted(run, FIRST)
     run.result_fields["usage"] = {"source": "sacct", "elapsed_s": 7}
