@@ -55,6 +55,7 @@ class _Setup:
         self.store.cache_records.put(self.key, record)
 
     def compute_key(self, secret: bool = True) -> str:
+        from torchx_airflow.policies.cache.fingerprints import read_scope
         from torchx_airflow.policies.cache.inputs import file_inputs, key_inputs, key_of, parent_inputs
         from torchx_airflow.policies.cache.policy import key_app
 
@@ -76,12 +77,13 @@ class _Setup:
             app=None,
             env=env,
             app_name=None,
-            rules=("--out",),
+            rules=("--out=*",),
         )
         scheduler = self.hook.scheduler
         cfg = self.hook.resolve_cfg(scheduler, self.hook.cfg)
+        scope = read_scope(app, [self.store])
         inputs = key_inputs(app, scheduler, cfg, keys=self.keys, files=file_inputs(app),
-                            parents=parent_inputs(self.store, [self.parent]))  # fmt: skip
+                            parents=parent_inputs(self.store, [self.parent], scope))  # fmt: skip
         return key_of(inputs)
 
     def hit(self) -> None:

@@ -221,7 +221,11 @@ def build_task_app(
     id made scheduler-safe; ``app_name=""`` keeps the component's own. The one builder: the operator
     submits what it returns, and OpenLineage describes the same app before it is submitted.
     """
-    task_env = {str(k): str(v) for k, v in mapping_param(task_id, "env", env).items()}
+    from torchx_airflow.settings.checks import check_env_names
+
+    given_env = mapping_param(task_id, "env", env)
+    check_env_names(given_env, f"Task {task_id!r}: env")
+    task_env = {str(k): str(v) for k, v in given_env.items()}
     if component is not None:
         built = build_app_from_component(component, normalize_component_args(component_args))
     elif app is not None:
@@ -229,11 +233,56 @@ def build_task_app(
     else:
         raise TorchXComponentError(f"Task {task_id!r}: give a component or an AppDef to build an app from.")
     for role in built.roles:
+        check_env_names(role.env, f"Task {task_id!r}: the env of role {role.name!r}")
         role.env = {**role.env, **(extra_env or {}), **task_env}
     name = app_name_for(task_id) if app_name is None else str(app_name).strip()
     if name:
         built.name = name
     return built
+
+
+def output_roots(app: AppDef) -> tuple[str, ...]:
+    """The task's output root: the directories its own rendered arguments name. An absolute path
+    in an argument (or an ``--opt=/path`` value) counts as itself when it is a directory here, else
+    as its parent directory (a file, or a path the job has yet to make); ``/`` and anything under
+    ``/proc``, ``/sys`` or ``/dev`` never count."""
+    import os
+    import posixpath
+
+    roots: dict[str, None] = {}
+    for role in app.roles:
+        for arg in role.args:
+            words = [str(arg)]
+            if any(c.isspace() for c in words[0]):  # a shell command (dist.ddp's bash -c "torchrun ...")
+                with contextlib.suppress(ValueError):
+                    words = shlex.split(words[0])
+            for word in [*words, *(w.partition("=")[2] for w in words)]:
+                if not word.startswith("/") or any(c.isspace() for c in word) or len(word) > 4096:
+                    continue
+                path = posixpath.normpath(word)
+                root = path if os.path.isdir(path) else posixpath.dirname(path)
+                if root != "/" and not any(root == s or root.startswith(s + "/") for s in _SYSTEM_TREES):
+                    roots.setdefault(root)
+    return tuple(roots)
+
+
+_SYSTEM_TREES = ("/proc", "/sys", "/dev")
+
+
+def is_under(path: str, root: str) -> bool:
+    """Whether ``path`` (a local path, ``file://`` URL or URL) lies under ``root`` (a directory or a
+    URL prefix), ``..`` resolved: ``/ckpt/run/x.pt`` is under ``/ckpt``, ``/ckpt/../etc`` is not."""
+    import posixpath
+
+    def normal(text: str) -> str:
+        text = text.removeprefix("file://")
+        scheme, sep, rest = text.partition("://")
+        if not sep:
+            return posixpath.normpath(text) if text.startswith("/") else ""
+        return f"{scheme}://{posixpath.normpath('/' + rest).lstrip('/')}"
+
+    path_n, root_n = normal(path), normal(root).rstrip("/")
+    return bool(path_n and root_n) and (path_n == root_n or path_n.startswith(root_n + "/"))
 
 
 def role_replicas(app: AppDef) -> dict[str, int]:

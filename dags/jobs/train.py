@@ -69,7 +69,8 @@ def resume(model: DistributedDataParallel, optimizer: torch.optim.Optimizer, ran
     path = os.environ.get(RESUME_FROM)
     if not path:
         return 1
-    state = torch.load(path, map_location="cpu")
+    # weights_only: a checkpoint is data; never unpickle code from a file a job could have replaced
+    state = torch.load(path, map_location="cpu", weights_only=True)
     model.module.load_state_dict(state["state_dict"])
     optimizer.load_state_dict(state["optimizer"])
     if rank == 0:

@@ -44,7 +44,7 @@ def _dag(dag_id: str, conn_id: str, deferrable: bool) -> DAG:
             "torchx_conn_id": conn_id,
             "poll_interval": 1,
             "deferrable": deferrable,
-            "cache_ignore_args": ["--out"],
+            "cache_ignore_args": ["--out=*"],
         }
         a = TorchXOperator(
             task_id="a",

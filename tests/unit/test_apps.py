@@ -29,3 +29,20 @@ def test_a_rendered_mapping_parameter_that_is_not_a_mapping_is_named(rendered):
     message = str(err.value)
     assert "'train'" in message and "'cfg'" in message and repr(rendered) in message
     assert "params.cfg" in message  # the fix
+
+
+def test_the_output_root_is_the_directories_the_arguments_name(tmp_path):
+    """What ``checkpoint_root`` defaults to: a directory named as itself, a file or a path not made
+    yet as its parent; inside dist.ddp's ``bash -c`` command too; never /, /proc, /sys or /dev."""
+    from torchx_airflow.apps import build_app_from_component, is_under, output_roots
+
+    out = tmp_path / "out"
+    out.mkdir()
+    args = ["-j", "1x1", "--script", "/jobs/train.py", "--", "--out", str(out), "--log=/runs/7/log.txt"]
+    app = build_app_from_component("dist.ddp", [*args, "--dev", "/dev/shm/x", "--top", "/x"])
+    assert output_roots(app) == ("/jobs", str(out), "/runs/7")
+    assert is_under(f"{out}/checkpoint.pt", str(out)) and not is_under(f"{out}/../../etc/x", str(out))
+    assert is_under("s3://b/ckpt/run/c.pt", "s3://b/ckpt") and not is_under(
+        "s3://b/ckptx/c.pt", "s3://b/ckpt"
+    )
+    assert not is_under("https://attacker.example/evil.pt", str(out))

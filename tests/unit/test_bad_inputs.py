@@ -131,6 +131,10 @@ CONNECTION_ROWS = [
     row(TX, {"extra": {"cache": "yes"}}, "got 'yes'", '{"cache": true}', "cache-not-bool"),
     row(TX, {"extra": {"cache_ttl": -5}}, "got -5", "e.g. 604800", "cache_ttl-negative"),
     row(TX, {"extra": {"infrastructure_retries": "x"}}, "got 'x'", "e.g. 3", "infrastructure_retries-text"),
+    # torchx: numbers that are not finite (JSON's Infinity and NaN parse as floats)
+    row(TX, {"extra": {"outage_timeout": "inf"}}, "got 'inf'", "e.g. 1800", "outage_timeout-inf"),
+    row(TX, {"extra": {"outage_timeout": float("nan")}}, "got nan", "e.g. 1800", "outage_timeout-nan"),
+    row(TX, {"extra": {"cache_ttl": float("inf")}}, "got inf", "e.g. 604800", "cache_ttl-inf"),
     # torchx_fsspec: root
     row(FS, {"extra": {}}, "got None", "AIRFLOW_CONN_TORCHX_FSSPEC_DEFAULT=", "root-missing"),
     row(FS, {"extra": {"root": 5}}, "got 5", "s3://bucket/prefix", "root-not-str"),
@@ -319,7 +323,7 @@ OPERATOR_ROWS = [
     pytest.param({"tracker_conn_ids": 5}, "got 5", '["torchx_fsspec_default"', id="tracker_conn_ids-int"),
     pytest.param({"cfg": {"prepend_cwd": "maybe"}}, "the task's 'cfg'", "Write true or false", id="cfg-bool"),
     pytest.param({"scheduler": "slurmm"}, "the task's 'scheduler'", "Did you mean 'slurm'?", id="scheduler"),
-    pytest.param({"poll_interval": 0}, "got 0", "positive number of seconds", id="poll_interval"),
+    pytest.param({"poll_interval": 0}, "got 0", "positive, finite number of seconds", id="poll_interval"),
     pytest.param({"max_log_lines": -1}, "got -1", "0 or more", id="max_log_lines"),
     pytest.param(
         {"max_cost": 0}, "max_cost must be a positive number, got 0", "max_cost=25.0", id="max_cost"
@@ -331,10 +335,23 @@ OPERATOR_ROWS = [
         id="expected_duration",
     ),
     pytest.param({"infrastructure_retries": -1}, "got -1", "Give e.g. 3", id="infrastructure_retries"),
-    pytest.param(
-        {"cache_ignore_args": "--out"}, "got '--out'", '["--out", "--log-level"', id="cache_ignore_args"
-    ),
+    pytest.param({"cache_ignore_args": "--out"}, "got '--out'", '["--out=*", "-v"', id="cache_ignore_args"),
     pytest.param({"cache_ttl": 0}, "got 0", "cache_ttl=timedelta(days=7)", id="cache_ttl"),
+    # numbers that are not finite: a wait that ends at once or never, a result kept forever
+    pytest.param(
+        {"tracker_timeout": float("nan")}, "got nan", "tracker_timeout=60", id="tracker_timeout-nan"
+    ),
+    pytest.param({"poll_interval": float("inf")}, "got inf", "poll_interval=60", id="poll_interval-inf"),
+    pytest.param({"outage_timeout": float("inf")}, "got inf", "Give e.g. 1800", id="outage_timeout-inf"),
+    pytest.param({"cache_ttl": float("inf")}, "got inf", "cache_ttl=604800", id="cache_ttl-inf"),
+    pytest.param({"cache_ttl": "1e308x"}, "got '1e308x'", "cache_ttl=604800", id="cache_ttl-text"),
+    pytest.param({"tracker_timeout": "soon"}, "got 'soon'", "tracker_timeout=60", id="tracker_timeout-text"),
+    pytest.param({"max_cost": float("inf")}, "got inf", "max_cost=25.0", id="max_cost-inf"),
+    pytest.param({"cache": "false"}, "got 'false'", "cache=False, without quotes", id="cache-string"),
+    # env names: a ',' or '=' would split srun's --export list into other variables
+    pytest.param({"env": {"A,LD_PRELOAD": "x"}}, "'A,LD_PRELOAD'", "Rename it", id="env-name-comma"),
+    pytest.param({"env": {"K=V": "x"}}, "'K=V'", "Rename it", id="env-name-equals"),
+    pytest.param({"env": {"1ST": "x"}}, "'1ST'", "not starting with a digit", id="env-name-digit"),
     pytest.param(
         {"cache": True, "wait_for_completion": False},
         "cache=True needs wait_for_completion=True",
@@ -342,6 +359,52 @@ OPERATOR_ROWS = [
         id="cache-without-wait",
     ),
 ]
+
+
+def test_a_number_given_as_a_string_is_that_number():
+    from torchx_airflow.operators.torchx import TorchXOperator
+
+    op = TorchXOperator(
+        task_id="strings",
+        component="utils.echo",
+        tracker_conn_ids=[],
+        tracker_timeout="60",
+        poll_interval="2.5",
+        outage_timeout="1800",
+        cache_ttl="604800",
+    )
+    assert (op.tracker_timeout, op.poll_interval, op.outage_timeout, op.cache_ttl) == (
+        60.0,
+        2.5,
+        1800.0,
+        604800.0,
+    )
+    assert all(
+        type(v) is float for v in (op.tracker_timeout, op.poll_interval, op.outage_timeout, op.cache_ttl)
+    )
+
+
+@pytest.mark.parametrize("option", ["poll_interval", "tracker_timeout", "outage_timeout", "cache_ttl"])
+@pytest.mark.parametrize("text", ["inf", "nan", "-inf"])
+def test_a_site_option_that_is_not_finite_is_refused_naming_it(monkeypatch, option, text):
+    from torchx_airflow.exceptions import TorchXConfigError
+    from torchx_airflow.settings.resolve import resolve
+
+    monkeypatch.setenv(f"AIRFLOW__TORCHX__{option.upper()}", text)
+    with pytest.raises(TorchXConfigError, match=rf"\[torchx\] {option}.*finite number.*got {text}"):
+        resolve(option)
+
+
+def test_a_bad_env_name_in_an_appdef_role_is_refused_before_the_dry_run():
+    from torchx.specs import AppDef, Role
+
+    from torchx_airflow.operators.torchx import TorchXOperator
+
+    role = Role(name="trainer", image="/tmp", entrypoint="true", env={"OK": "1", "NCCL,X": "1"})
+    op = TorchXOperator(task_id="bad_role_env", app=AppDef(name="a", roles=[role]), tracker_conn_ids=[])
+    with pytest.raises(TorchXInputError) as err:
+        op.build_app()
+    _assert_named(str(err.value), "the env of role 'trainer': 'NCCL,X'", "Rename it")
 
 
 @pytest.mark.parametrize(("kwargs", "shown", "fix"), OPERATOR_ROWS)

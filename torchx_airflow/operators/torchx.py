@@ -72,6 +72,9 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         ``PREEMPTED``, ``BOOT_FAIL``) is resubmitted within this try, without using ``retries``.
     :param checkpoint_artifact: the artifact whose path a resubmitted job gets in
         ``TORCHX_AIRFLOW_RESUME_FROM`` (:mod:`torchx_airflow.policies.resubmission`).
+    :param checkpoint_root: the directory (or URL prefix) that path must lie under, else the next
+        attempt starts fresh; None: the connection's, else ``[torchx] checkpoint_root``, else the
+        task's output root (the directories its own arguments name).
     :param artifact_assets: artifact name -> ``Asset``/``AssetAlias`` of ``outlets``: the event of a
         SUCCEEDED app carries the handle and the artifact (:mod:`torchx_airflow.lineage.assets`).
     :param expected_duration: seconds (or a ``timedelta``) the app is expected to run, for the cost
@@ -105,6 +108,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         outage_timeout: float | None = None,
         infrastructure_retries: int | None = None,
         checkpoint_artifact: str = "checkpoint",
+        checkpoint_root: str | None = None,
         artifact_assets: Mapping[str, Asset | AssetAlias] | None = None,
         expected_duration: timedelta | float | None = None,
         max_cost: float | None = None,
@@ -134,6 +138,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         self.outage_timeout = checks.check_outage_timeout(outage_timeout, where)
         self.infrastructure_retries = checks.check_infrastructure_retries(infrastructure_retries, where)
         self.checkpoint_artifact = checks.check_checkpoint_artifact(checkpoint_artifact, where)
+        self.checkpoint_root = checks.check_checkpoint_root(checkpoint_root, where)
         self.cache = checks.check_cache(cache, wait_for_completion, where)
         self.cache_ignore_args = checks.check_ignore_args(cache_ignore_args, where)
         self.cache_ttl = checks.check_ttl(cache_ttl, where)
@@ -151,7 +156,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         return [
             CachePolicy(*cache, self.app_parts(), self.artifact_assets, scope=self.cache_scope),
             CostPolicy(self.max_cost, self.expected_duration),
-            ResubmissionPolicy(self.infrastructure_retries, self.checkpoint_artifact),
+            ResubmissionPolicy(self.infrastructure_retries, self.checkpoint_artifact, self.checkpoint_root),
             *self.policies,
         ]
 

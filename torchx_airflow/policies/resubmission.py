@@ -8,11 +8,18 @@ infrastructure_retries``, 3 by default). A job that exits non-zero, runs out of 
 limit fails the task as before.
 
 Resume, not restart: when the ended job recorded an artifact named ``checkpoint`` (the task's
-``checkpoint_artifact``) in the task's first tracker, the new job gets its path in
+``checkpoint_artifact``) in the task's first tracker, and its path lies under the task's
+``checkpoint_root`` (task, connection extra, ``[torchx] checkpoint_root``; unset: the task's output
+root, the directories its own rendered arguments name, ``apps.output_roots``), the new job gets its
+path in
 ``TORCHX_AIRFLOW_RESUME_FROM`` and its attempt number in ``TORCHX_AIRFLOW_ATTEMPT`` (both unset on a
-first attempt). Every attempt goes to ``task_state_store`` key ``torchx_attempts`` before the next
-one is submitted, and each resubmission follows the durable protocol of the first (mark, handle,
-reattach), so a worker lost mid-way never duplicates a job nor forgets one.
+first attempt). The artifact is read from the ended attempt's own run only, and any job tracking to
+the store can write one: a path anywhere else (another team's file, ``https://...``) is not handed
+on; the attempt starts fresh, with a warning. Training code should still load a checkpoint with
+``torch.load(path, weights_only=True)``, which unpickles no code. Every attempt goes to
+``task_state_store`` key ``torchx_attempts`` before the next one is submitted, and each
+resubmission follows the durable protocol of the first (mark, handle, reattach), so a worker lost
+mid-way never duplicates a job nor forgets one.
 
 Airflow 3.3's ``retry_policy`` cannot do this: its decisions are bounded by the task's ``retries``
 (a ``retries=0`` task is never retried by it) and a retry is a new try, which re-runs everything the
@@ -196,8 +203,10 @@ class Resubmission:
         tracker_store: TrackerBase | None,
         task_log: Any,
         tracker_timeout: float = 60.0,
+        checkpoint_roots: tuple[str, ...] = (),
     ) -> None:
         self.attempts = Attempts(store)
+        self.checkpoint_roots = checkpoint_roots
         self.tracker_timeout = tracker_timeout
         self.budget = budget
         self.checkpoint_artifact = checkpoint_artifact
@@ -229,7 +238,7 @@ class Resubmission:
             f"Reading the {self.checkpoint_artifact!r} artifact of {app_handle}",
             lambda: checkpoint_of(self.tracker_store, app_handle, self.checkpoint_artifact, self.log),
         )
-        resume_from = checkpoint or ended.get("resumed_from")
+        resume_from = self._own_checkpoint(app_handle, checkpoint or ended.get("resumed_from"))
         number = int(ended.get("attempt") or len(self.attempts.load())) + 1
         self.log.warning(
             "TorchX app %s ended %s (%s): the infrastructure ended it, not the app. Resubmitting it in "
@@ -245,6 +254,24 @@ class Resubmission:
             else f"from the start: it recorded no {self.checkpoint_artifact!r} artifact",
         )
         return ChosenAttempt(number, resume_from, reason, self.checkpoint_artifact)
+
+    def _own_checkpoint(self, app_handle: str, path: str | None) -> str | None:
+        """``path`` when it lies under one of the task's checkpoint roots; else None, with a warning."""
+        from torchx_airflow.apps import is_under
+
+        if not path or any(is_under(path, root) for root in self.checkpoint_roots):
+            return path
+        self.log.warning(
+            "The %r artifact of %s is %r, which is not under the task's checkpoint_root (%s): a job that "
+            "tracks to the same store may have written it, so the next attempt starts fresh instead. "
+            "Set checkpoint_root (task, connection extra or [torchx]) to where the task's jobs write "
+            "their checkpoints.",
+            self.checkpoint_artifact,
+            app_handle,
+            path,
+            ", ".join(self.checkpoint_roots) or "none: the task's arguments name no directory",
+        )
+        return None
 
     def link(self, stores: Iterable[TrackerBase], new_handle: str, previous: str, attempt: NextJob) -> None:
         """Lineage: the new job's run has the ended one as its source (through its checkpoint when
@@ -268,9 +295,12 @@ class ResubmissionPolicy(RunPolicy):
     :param checkpoint_artifact: the artifact whose path the next attempt resumes from.
     """
 
-    def __init__(self, infrastructure_retries: int | None, checkpoint_artifact: str) -> None:
+    def __init__(
+        self, infrastructure_retries: int | None, checkpoint_artifact: str, checkpoint_root: str | None = None
+    ) -> None:
         self.infrastructure_retries = infrastructure_retries
         self.checkpoint_artifact = checkpoint_artifact
+        self.checkpoint_root = checkpoint_root
         self._of: Resubmission | None = None
         self._pending: tuple[str, NextJob] | None = None  # (ended handle, its next attempt)
 
@@ -297,9 +327,24 @@ class ResubmissionPolicy(RunPolicy):
                 budget = 0
             first_store = run.trackers.stores[0] if run.trackers else None
             self._of = Resubmission(
-                run.store, budget, self.checkpoint_artifact, first_store, run.log, run.tracker_timeout
+                run.store,
+                budget,
+                self.checkpoint_artifact,
+                first_store,
+                run.log,
+                run.tracker_timeout,
+                self._checkpoint_roots(run),
             )
         return self._of
+
+    def _checkpoint_roots(self, run: TaskRun) -> tuple[str, ...]:
+        """The task's ``checkpoint_root`` (task, connection, ``[torchx]``), else its output root."""
+        from torchx_airflow.apps import output_roots
+        from torchx_airflow.settings.resolve import resolve
+
+        connection = getattr(run.hook.settings, "checkpoint_root", None)
+        root = resolve("checkpoint_root", self.checkpoint_root, connection)
+        return (str(root),) if root else output_roots(run.app)
 
     def resubmits(self, run: TaskRun) -> bool:
         return self.state(run).budget > 0

@@ -84,7 +84,13 @@ def launch_env(
     """The part of ``environ`` a job may inherit: ``BASE_ENV``, ``passthrough`` and the scheduler
     client's own variables; never an ``AIRFLOW*`` one."""
     env = environ_subset(environ, (*BASE_ENV, *passthrough, *scheduler_patterns))
-    return {name: value for name, value in env.items() if not name.upper().startswith("AIRFLOW")}
+    # a worker variable matched by a prefix ("NCCL_*") whose name is no identifier (a "," or "=" in it
+    # would split srun's --export list) stays behind
+    return {
+        name: value
+        for name, value in env.items()
+        if not name.upper().startswith("AIRFLOW") and _NAME.match(name) and not name.endswith("*")
+    }
 
 
 @contextlib.contextmanager

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.exceptions import TorchXConfigError
 from torchx_airflow.schedulers.base import SchedulerSupport
+from torchx_airflow.schedulers.slurm_fields import new_delimiter, split_records, squeue_format
 
 if TYPE_CHECKING:
     from torchx.runner import Runner
@@ -167,18 +168,23 @@ def _app_id_of(job_id: str) -> str:
 
 
 def sacct_rows(app_ids: Sequence[str]) -> list[SlurmJobRow]:
-    """Every allocation of ``app_ids`` in Slurm's accounting, in one ``sacct`` call."""
+    """Every allocation of ``app_ids`` in Slurm's accounting, in one ``sacct`` call.
+
+    The job name comes last, between delimiters drawn for this query (``schedulers.slurm_fields``):
+    a job that renames itself cannot move its state or exit code.
+    """
+    delimiter = new_delimiter()
+    fields = "JobID,State,ExitCode,WorkDir,JobName"
     proc = _run(
-        ["sacct", "-P", "-n", "-X", "-j", ",".join(app_ids), "-o", "JobID,JobName,State,ExitCode,WorkDir"]
+        ["sacct", "-p", f"--delimiter={delimiter}", "-n", "-X", "-j", ",".join(app_ids), "-o", fields]
     )
     if proc.returncode != 0:
         raise RuntimeError(f"sacct failed (exit code {proc.returncode}): {proc.stderr.strip()}")
-    rows = []
-    for line in proc.stdout.splitlines():
-        parts = line.split("|")
-        if len(parts) >= 5 and "." not in parts[0]:
-            rows.append(SlurmJobRow(_app_id_of(parts[0]), parts[1], parts[2], parts[3], "|".join(parts[4:])))
-    return rows
+    return [
+        SlurmJobRow(_app_id_of(job_id), name, state, exit_code, workdir)
+        for job_id, state, exit_code, workdir, name in split_records(proc.stdout, delimiter, 5)
+        if "." not in job_id
+    ]
 
 
 def squeue_rows(app_ids: Sequence[str]) -> list[SlurmJobRow] | None:
@@ -186,16 +192,16 @@ def squeue_rows(app_ids: Sequence[str]) -> list[SlurmJobRow] | None:
 
     ``[]`` when slurmctld knows none of them; ``None`` when squeue could not answer.
     """
-    proc = _run(["squeue", "-h", "--states=all", "-j", ",".join(app_ids), "-o", "%i|%j|%T|%Z"])
+    delimiter = new_delimiter()
+    fmt = squeue_format(["%i", "%T", "%Z", "%j"], delimiter)
+    proc = _run(["squeue", "-h", "--states=all", "-j", ",".join(app_ids), "-o", fmt])
     if proc.returncode != 0:
         # only "none of them": a malformed id ("Invalid job id: 1x") must not read as that
         return [] if "Invalid job id specified" in proc.stderr else None
-    rows = []
-    for line in proc.stdout.splitlines():
-        parts = line.split("|")
-        if len(parts) >= 4:
-            rows.append(SlurmJobRow(_app_id_of(parts[0]), parts[1], parts[2], workdir="|".join(parts[3:])))
-    return rows
+    return [
+        SlurmJobRow(_app_id_of(job_id), name, state, workdir=workdir)
+        for job_id, state, workdir, name in split_records(proc.stdout, delimiter, 4)
+    ]
 
 
 def app_status(rows: Sequence[SlurmJobRow]) -> AppStatus:
@@ -227,22 +233,23 @@ def submission_mark(token: str) -> str:
     return f"torchx-airflow-submission:{token}"
 
 
-def _job_with_mark(lines: Iterable[str], mark: str) -> str | None:
-    """The app id of the first ``JobID|Comment`` line whose comment holds ``mark``."""
-    for line in lines:
-        job_id, _, comment = line.partition("|")
+def _job_with_mark(records: Iterable[Sequence[str]], mark: str) -> str | None:
+    """The app id of the first ``(JobID, Comment)`` record whose comment holds ``mark``."""
+    for job_id, comment in records:
         if mark in comment.split():
-            return _app_id_of(job_id.strip())
+            return _app_id_of(job_id)
     return None
 
 
 def squeue_marked(mark: str, user: str) -> str | None:
     """The app id of ``user``'s job whose comment holds ``mark`` in ``squeue`` (queued, running, or
     ended within ``MinJobAge``; hidden partitions too); raises when squeue cannot answer."""
-    proc = _run(["squeue", "-h", "--all", "--states=all", "-u", user, "-o", "%i|%k"])
+    delimiter = new_delimiter()
+    fmt = squeue_format(["%i", "%k"], delimiter)
+    proc = _run(["squeue", "-h", "--all", "--states=all", "-u", user, "-o", fmt])
     if proc.returncode != 0:
         raise RuntimeError(f"squeue failed (exit code {proc.returncode}): {proc.stderr.strip()}")
-    return _job_with_mark(proc.stdout.splitlines(), mark)
+    return _job_with_mark(split_records(proc.stdout, delimiter, 2), mark)
 
 
 # How far before the recorded submission time accounting is searched: clocks of the worker and of
@@ -265,10 +272,14 @@ def sacct_marked(mark: str, user: str, since: float) -> str | None:
     """The same in accounting, among ``user``'s jobs since ``since`` (epoch seconds); comments are
     there where ``AccountingStoreFlags=job_comment``. Raises when sacct cannot answer."""
     start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - SACCT_MARGIN_SECONDS))
-    proc = _run(["sacct", "-X", "-n", "-P", "-u", user, *sacct_window(start), "-o", "JobID,Comment"])
+    delimiter = new_delimiter()
+    window = sacct_window(start)
+    proc = _run(
+        ["sacct", "-X", "-n", "-p", f"--delimiter={delimiter}", "-u", user, *window, "-o", "JobID,Comment"]
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"sacct failed (exit code {proc.returncode}): {proc.stderr.strip()}")
-    return _job_with_mark(proc.stdout.splitlines(), mark)
+    return _job_with_mark(split_records(proc.stdout, delimiter, 2), mark)
 
 
 _UNTRUSTED_LOOKUP = (

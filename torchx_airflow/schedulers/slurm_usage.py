@@ -1,7 +1,8 @@
 """What a Slurm job used, from Slurm's own accounting: one ``sacct`` query per finished app.
 
-``sacct -P -n --units=K -j <id> -o JobID,JobName,State,ElapsedRaw,TotalCPU,CPUTimeRAW,AllocTRES,
-MaxRSS,NTasks,ExitCode`` lists each allocation of the app (one per replica: a heterogeneous job's
+``sacct -p --delimiter=<fresh> -n --units=K -j <id> -o JobID,State,ElapsedRaw,TotalCPU,CPUTimeRAW,
+AllocTRES,MaxRSS,NTasks,ExitCode,JobName`` (the name last, fields split as
+``schedulers.slurm_fields`` says) lists each allocation of the app (one per replica: a heterogeneous job's
 components are ``123+0``, ``123+1``...) and each of its steps (``123.batch``, ``123.extern``,
 ``123.0``). ``--units=K`` puts every memory figure in KiB with its unit written out (``mem=524288K``,
 ``MaxRSS=12316K``), so nothing is rounded; without it sacct prints ``mem=1G`` and ``12.03M``.
@@ -22,9 +23,10 @@ import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from torchx_airflow.schedulers.slurm_fields import new_delimiter, split_records
+
 SACCT_FIELDS = (
     "JobID",
-    "JobName",
     "State",
     "ElapsedRaw",
     "TotalCPU",
@@ -33,6 +35,8 @@ SACCT_FIELDS = (
     "MaxRSS",
     "NTasks",
     "ExitCode",
+    # last: a job can rename itself, and its name must not move the fields before it
+    "JobName",
 )
 MEMORY_UNITS = "K"
 _UNIT_FACTOR = {"": 1.0, "K": 1.0, "M": 1024.0, "G": 1024.0**2, "T": 1024.0**3, "P": 1024.0**4}
@@ -46,11 +50,13 @@ BASIS = {
 }
 
 
-def sacct_usage_command(job_ids: Sequence[str]) -> list[str]:
-    """The ``sacct`` command that lists the allocations and steps of ``job_ids``."""
+def sacct_usage_command(job_ids: Sequence[str], delimiter: str) -> list[str]:
+    """The ``sacct`` command that lists the allocations and steps of ``job_ids``, every field ended
+    by ``delimiter`` (``schedulers.slurm_fields.new_delimiter``)."""
     return [
         "sacct",
-        "-P",
+        "-p",
+        f"--delimiter={delimiter}",
         "-n",
         f"--units={MEMORY_UNITS}",
         "-j",
@@ -123,7 +129,7 @@ def parse_tres(value: str) -> dict[str, Any]:
 
 
 def _row(fields: Sequence[str]) -> dict[str, Any]:
-    job_id, name, state, elapsed, total_cpu, cpu_time_raw, tres, max_rss, ntasks, exit_code = fields
+    job_id, state, elapsed, total_cpu, cpu_time_raw, tres, max_rss, ntasks, exit_code, name = fields
     return {
         "job_id": job_id,
         "name": name,
@@ -138,16 +144,10 @@ def _row(fields: Sequence[str]) -> dict[str, Any]:
     }
 
 
-def parse_sacct_usage(text: str) -> list[dict[str, Any]]:
+def parse_sacct_usage(text: str, delimiter: str) -> list[dict[str, Any]]:
     """The allocations in ``sacct_usage_command``'s output, each with its ``steps``, in sacct's order."""
     allocations: dict[str, dict[str, Any]] = {}
-    for line in text.splitlines():
-        fields = line.split("|")
-        if len(fields) < len(SACCT_FIELDS):
-            continue
-        # a job name holding "|" shifts nothing after it only if we join it back
-        extra = len(fields) - len(SACCT_FIELDS)
-        fields = [fields[0], "|".join(fields[1 : 2 + extra]), *fields[2 + extra :]]
+    for fields in split_records(text, delimiter, len(SACCT_FIELDS)):
         row = _row(fields)
         allocation_id, dot, _ = row["job_id"].partition(".")
         if not dot:
@@ -200,8 +200,12 @@ def sacct_usage(job_id: str, timeout: float = 60) -> dict[str, Any] | None:
 
     Raises when sacct fails.
     """
-    proc = subprocess.run(sacct_usage_command([job_id]), capture_output=True, text=True, timeout=timeout)
+    delimiter = new_delimiter()
+    command = sacct_usage_command([job_id], delimiter)
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"sacct failed (exit code {proc.returncode}): {proc.stderr.strip()}")
-    allocations = [a for a in parse_sacct_usage(proc.stdout) if a["job_id"].split("+", 1)[0] == job_id]
+    allocations = [
+        a for a in parse_sacct_usage(proc.stdout, delimiter) if a["job_id"].split("+", 1)[0] == job_id
+    ]
     return summarize_allocations(allocations) if allocations else None

@@ -9,7 +9,8 @@ value and the fix. None (unset) stays None: the next level of the resolver decid
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -20,27 +21,60 @@ DEFAULT_OUTAGE_TIMEOUT = 600.0
 DEFAULT_INFRASTRUCTURE_RETRIES = 3
 
 
-def check_positive_seconds(value: Any, name: str, where: str) -> float | None:
-    """``value`` as a positive number of seconds."""
-    if value is None or value == "":
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_env_names(names: Iterable[object], where: str) -> None:
+    """Every name an environment variable name (``[A-Za-z_][A-Za-z0-9_]*``).
+
+    A name holding ``,`` or ``=`` would split ``srun --export=ALL,K=V,...`` (Slurm) into other
+    variables, and a shell could not read it anyway: refused before anything is submitted.
+    """
+    for name in names:
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            raise TorchXConfigError(
+                f"{where}: {name!r} is not an environment variable name: names are letters, digits and "
+                "'_', not starting with a digit (a ',' or '=' would split the job's --export list into "
+                "other variables). Rename it, e.g. 'MY_SETTING'; put anything else in the value."
+            )
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a finite float: a number, or a string holding one (a connection extra typed in
+    the UI, a ``[torchx]`` option); None for anything else, NaN and infinities included, which would
+    make a wait end at once or never and a TTL keep a result forever."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None
     try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        seconds = -1.0
-    if isinstance(value, bool) or not seconds > 0:
-        raise TorchXConfigError(f"{where}: {name} must be a positive number of seconds, got {value!r}.")
+        number = float(value)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def check_positive_seconds(value: Any, name: str, where: str) -> float | None:
+    """``value`` as a positive, finite number of seconds (a numeric string becomes its number)."""
+    if value is None or value == "":
+        return None
+    seconds = _finite(value)
+    if seconds is None or not seconds > 0:
+        raise TorchXConfigError(
+            f"{where}: {name} must be a positive, finite number of seconds, got {value!r}. Write it as "
+            f"e.g. {name}=60, or leave it out for [torchx] {name}."
+        )
     return value if isinstance(value, int | float) else seconds
 
 
 def check_non_negative_seconds(value: Any, where: str) -> float | None:
-    """``value`` as seconds, 0 or more (a negative number counts as 0)."""
+    """``value`` as seconds, 0 or more (a negative number counts as 0); finite."""
     if value is None or value == "":
         return None
-    try:
-        return max(0.0, float(value))
-    except (TypeError, ValueError):
-        raise TorchXConfigError(f"{where} must be a number of seconds (0 or more), got {value!r}.") from None
+    seconds = _finite(value)
+    if seconds is None:
+        raise TorchXConfigError(
+            f"{where} must be a finite number of seconds (0 or more), got {value!r}. Write it as e.g. 5."
+        )
+    return max(0.0, seconds)
 
 
 def check_count(value: Any, name: str, where: str) -> int | None:
@@ -57,13 +91,10 @@ def check_outage_timeout(value: Any, where: str) -> float | None:
 
     if value is None or value == "":
         return None
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        seconds = -1.0
-    if not seconds > 0:
+    seconds = _finite(value)
+    if seconds is None or not seconds > 0:
         raise TorchXConfigError(
-            f"{where}: outage_timeout must be a positive number of seconds, got {value!r}. "
+            f"{where}: outage_timeout must be a positive, finite number of seconds, got {value!r}. "
             f"Give e.g. 1800 (wait out a scheduler outage of up to 30 minutes), or leave it unset "
             f"for [torchx] outage_timeout ({DEFAULT_OUTAGE_TIMEOUT:.0f} s by default)."
         )
@@ -93,11 +124,28 @@ def check_checkpoint_artifact(name: Any, where: str) -> str:
     return name
 
 
+def check_checkpoint_root(value: Any, where: str) -> str | None:
+    """``checkpoint_root``: an absolute directory or a URL prefix (``s3://bucket/ckpt``), without
+    ``..``; None or "" stays None (the next level decides; in the end the task's output root)."""
+    if value is None or value == "":
+        return None
+    text = value.strip() if isinstance(value, str) else ""
+    is_url = "://" in text and not text.startswith("file://")
+    path = text.removeprefix("file://")
+    if not text or (not is_url and not path.startswith("/")) or ".." in path.split("/") or path == "/":
+        raise TorchXConfigError(
+            f"{where}: checkpoint_root must be an absolute directory or a URL prefix where the task's "
+            f"jobs write their checkpoints, got {value!r}. Write it as e.g. '/shared/checkpoints' or "
+            "'s3://bucket/checkpoints', or leave it unset for the task's output root."
+        )
+    return text.rstrip("/")
+
+
 def check_ignore_args(value: Any, where: str) -> tuple[str, ...]:
     """``cache_ignore_args`` as a tuple of non-empty strings; anything else is refused.
 
-    >>> check_ignore_args(["--out", "/tmp/run-*"], "Task 't'")
-    ('--out', '/tmp/run-*')
+    >>> check_ignore_args(["--out=*", "/tmp/run-*"], "Task 't'")
+    ('--out=*', '/tmp/run-*')
     """
     if value is None:
         return ()
@@ -108,8 +156,9 @@ def check_ignore_args(value: Any, where: str) -> tuple[str, ...]:
     ):
         raise TorchXConfigError(
             f"{where}: cache_ignore_args must be a list of option names or patterns, got {value!r}. "
-            'Write it as e.g. ["--out", "--log-level", "/tmp/run-*"]: an option name ignores its value, '
-            "anything else is an fnmatch pattern matched against whole arguments."
+            'Write it as e.g. ["--out=*", "-v", "/tmp/run-*"]: "--out=*" ignores the value of an option '
+            'that takes one, a bare name such as "-v" a flag (never the argument after it), anything '
+            "else is an fnmatch pattern matched against whole arguments."
         )
     return tuple(v.strip() for v in value)
 
@@ -118,10 +167,10 @@ def check_ttl(value: Any, where: str) -> float | None:
     """``cache_ttl`` in seconds (a number or a ``timedelta``); None keeps the default."""
     if value is None:
         return None
-    seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
+    seconds = _finite(value.total_seconds() if isinstance(value, timedelta) else value)
+    if seconds is None or not seconds > 0:
         raise TorchXConfigError(
-            f"{where}: cache_ttl must be a positive number of seconds or a timedelta, got {value!r}. "
+            f"{where}: cache_ttl must be a positive, finite number of seconds or a timedelta, got {value!r}. "
             "Write it as e.g. cache_ttl=timedelta(days=7) or cache_ttl=604800."
         )
     return float(seconds)
@@ -163,7 +212,7 @@ def check_cache(cache: Any, wait_for_completion: bool, where: str) -> bool | Non
         # "false" is truthy: a string would turn caching on where its author meant it off
         raise TorchXConfigError(
             f"{where}: cache must be True or False (or None: the connection decides), got {cache!r}. "
-            "Write it as a Python boolean, e.g. cache=True."
+            "Write cache=True or cache=False, without quotes."
         )
     if cache and not wait_for_completion:
         raise TorchXConfigError(

@@ -13,10 +13,12 @@ no answer (a task's own ``outage_timeout`` wins; unset: ``[torchx] outage_timeou
 resubmitted within the task's try (a task's own wins; unset: ``[torchx] infrastructure_retries``, 3;
 see ``torchx_airflow.policies.resubmission``).
 ``prices``: the price table that turns a run's usage into a cost (``torchx_airflow.policies.cost.pricing``).
-``cache``: whether the connection's tasks are cached (``policies.cache.keys``) unless a task says
+``cache``: whether the connection's tasks are cached (``policies.cache``) unless a task says
 otherwise (default false); ``cache_ttl``: seconds a cache record is used (a task's own wins; default
 30 days); ``cache_scope``: ``dag`` (hits only within a DAG) or ``deployment`` (a task's own wins;
-unset: ``[torchx] cache_scope``, ``dag``).
+unset: ``[torchx] cache_scope``, ``dag``). ``checkpoint_root``: the directory (or URL prefix) a
+resubmitted job may resume from (a task's own wins; unset: ``[torchx] checkpoint_root``, else the
+task's output root).
 
 Also the parsers other connection types share: a JSON-object extra, the list of known extra keys.
 """
@@ -51,6 +53,7 @@ class TorchXConnectionSettings:
     cache: bool = False
     cache_ttl: float | None = None
     cache_scope: str | None = None
+    checkpoint_root: str | None = None
 
     @classmethod
     def from_extra(cls, conn_id: str, extra: Mapping[str, Any]) -> TorchXConnectionSettings:
@@ -80,6 +83,7 @@ class TorchXConnectionSettings:
             cache=parse_bool(conn_id, "cache", get("cache")),
             cache_ttl=_parse_cache_ttl(conn_id, get("cache_ttl")),
             cache_scope=_parse_cache_scope(conn_id, get("cache_scope")),
+            checkpoint_root=_parse_checkpoint_root(conn_id, get("checkpoint_root")),
         )
 
 
@@ -111,6 +115,15 @@ def _parse_cache_scope(conn_id: str, value: Any) -> str | None:
         return check_cache_scope(value, f"Connection {conn_id!r}")
     except TorchXConfigError as e:  # a connection's is a connection error
         raise TorchXConnectionError(f'{e} Set extra \'cache_scope\' to "dag" or "deployment".') from None
+
+
+def _parse_checkpoint_root(conn_id: str, value: Any) -> str | None:
+    from torchx_airflow.settings.checks import check_checkpoint_root
+
+    try:
+        return check_checkpoint_root(value, f"Connection {conn_id!r}")
+    except TorchXConfigError as e:  # a connection's is a connection error
+        raise TorchXConnectionError(f"{e} Set extra 'checkpoint_root'.") from None
 
 
 def _parse_outage_timeout(conn_id: str, value: Any) -> float | None:

@@ -144,6 +144,18 @@ OPTIONS: tuple[SiteOption, ...] = (
         "a torchx connection's extra cache_scope, a task's cache_scope",
         "check_cache_scope",
     ),
+    SiteOption(
+        "checkpoint_root",
+        "string",
+        "",
+        "/shared/checkpoints",
+        "Where a resubmitted job may resume from: the checkpoint path an ended job recorded must lie "
+        "under this directory (or URL prefix), else the next attempt starts fresh. Empty: the task's "
+        "output root, the directories the task's own rendered arguments name (a directory named as "
+        "itself, a file or a path not yet made as its parent directory).",
+        "a torchx connection's extra checkpoint_root, a task's checkpoint_root",
+        "check_checkpoint_root",
+    ),
 )
 
 BY_NAME = {option.name: option for option in OPTIONS}
@@ -189,6 +201,10 @@ def _text(value: float | int | str) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
+def _shown_default(value: float | int | str) -> str:
+    return f"`{_text(value)}`" if _text(value) else "unset"
+
+
 def options_markdown() -> str:
     """The docs' table of ``[torchx]`` options (``docs/reference.md`` holds it, a test compares)."""
     rows = [
@@ -196,9 +212,9 @@ def options_markdown() -> str:
         "| --- | --- | --- | --- | --- |",
     ]
     for option in OPTIONS:
-        default = f"`{_text(option.default)}`" if _text(option.default) else "(unset)"
         rows.append(
-            f"| `{option.name}` | {option.type} | {default} | {option.overridden_by} | {option.description} |"
+            f"| `{option.name}` | {option.type} | {_shown_default(option.default)} | "
+            f"{option.overridden_by} | {option.description} |"
         )
     return "\n".join(rows) + "\n"
 

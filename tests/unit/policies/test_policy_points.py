@@ -83,7 +83,9 @@ def test_the_cost_policy_leaves_the_ended_jobs_usage_and_cost_on_the_run():
 def test_the_resubmission_policy_answers_an_infrastructure_end_with_the_next_attempt_from_its_checkpoint():
     tracker, state = CheckpointStore(), TaskStateStore()
     run = FakeRun(FakeSchedulerHook([]), state, tracker)
-    policy = ResubmissionPolicy(infrastructure_retries=1, checkpoint_artifact="checkpoint")
+    policy = ResubmissionPolicy(
+        infrastructure_retries=1, checkpoint_artifact="checkpoint", checkpoint_root="/ckpt"
+    )
     policy.before_submit(run, run.app)
     policy.submitted(run, FIRST)
     run.result_fields["usage"] = {"source": "sacct", "elapsed_s": 7}
@@ -109,3 +111,23 @@ def test_the_resubmission_policy_leaves_a_job_that_failed_for_its_own_reasons():
     policy.submitted(run, FIRST)
     assert policy.ended(run, FIRST, "FAILED", "exit code 1") is None
     assert policy.ended(run, SECOND, "SUCCEEDED", "") is None
+
+
+def test_max_cost_bounds_all_attempts_of_a_try_together():
+    """8.0 estimated per job under max_cost=10: the first job may go; a resubmission after attempts
+    that cost 3.0 (actual) and 0.5 (estimate only) would bring the try to 11.5, so it is refused."""
+    hook = FakeSchedulerHook([])
+    hook.settings = TorchXConnectionSettings(scheduler="slurm", prices=PriceTable(cpu_hour=1.0))
+    state = TaskStateStore()
+    run = FakeRun(hook, state)
+    policy = CostPolicy(max_cost=10.0, expected_duration=3600.0)
+    assert policy.before_submit(run, run.app) is None  # 8.0: a first job fits
+    state.values[ATTEMPTS_KEY] = [
+        {"attempt": 1, "cost": {"actual": {"total": 3.0}, "estimate": {"total": 8.0}}},
+        {"attempt": 2, "cost": {"actual": None, "estimate": {"total": 0.5}}},
+    ]
+    run.submission = RESUBMITTED
+    with pytest.raises(TorchXCostLimitError, match=r"11\.5000.*3\.5000 USD already spent by this try's"):
+        policy.before_submit(run, run.app)
+    state.values[ATTEMPTS_KEY] = [{"attempt": 1, "cost": {"actual": {"total": 1.5}}}]
+    assert policy.before_submit(run, run.app) is None  # 9.5: within the bound

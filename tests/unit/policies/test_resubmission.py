@@ -80,7 +80,7 @@ class FakeTrackers:
 
 def _resubmitting(hook: FakeSchedulerHook, store: TaskStateStore, tracker: Any = None, budget: int = 3, **kw):
     hook.handles = (HANDLE, SECOND, THIRD)
-    op = _operator(hook, infrastructure_retries=budget, **kw)
+    op = _operator(hook, infrastructure_retries=budget, **{"checkpoint_root": "/ckpt", **kw})
     tracker = tracker if tracker is not None else CheckpointStore()
     op.__dict__["trackers"] = FakeTrackers(tracker)
     return op, tracker
@@ -362,3 +362,51 @@ def test_slurm_keeps_torchx_requeue_for_an_app_with_max_retries_and_a_task_that_
     )
     op.execute(_context(TaskStateStore()))
     assert resubmits == [False]  # nothing would resubmit it: Slurm keeps its own requeue
+
+
+class ForeignCheckpointStore(CheckpointStore):
+    """A store in which another job rewrote the ended run's checkpoint artifact to point elsewhere."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path = path
+
+    def artifacts(self, run_id: str) -> dict[str, Any]:
+        return {"checkpoint": SimpleNamespace(path=self.path)}
+
+
+@pytest.mark.parametrize(
+    "foreign",
+    [
+        "https://attacker.example/evil.pt",
+        "/data/other-team/evil.pt",
+        "/ckpt/../etc/evil.pt",
+        "/ckptx/evil.pt",
+    ],
+)
+def test_a_checkpoint_outside_the_checkpoint_root_is_not_resumed_from(foreign):
+    hook = FakeSchedulerHook([AppState.RUNNING, NODE_FAIL, AppState.RUNNING, AppState.SUCCEEDED])
+    op, _ = _resubmitting(hook, TaskStateStore(), ForeignCheckpointStore(foreign), retries=0)
+    result = op.execute(_context(TaskStateStore()))
+    assert result["state"] == "SUCCEEDED" and len(hook.tokens) == 2  # resubmitted all the same...
+    assert RESUME_FROM_ENV not in _env(hook, 1) and _env(hook, 1)[ATTEMPT_ENV] == "2"  # ...fresh
+    assert result["attempts"][1]["resumed_from"] is None
+
+
+@pytest.mark.parametrize(("out", "resumes"), [("/ckpt/out.txt", True), ("/data/out.txt", False)])
+def test_without_a_checkpoint_root_the_tasks_output_root_is_it(out, resumes):
+    """Unset everywhere, the root is what the task's own arguments name: ``/ckpt/out.txt`` -> ``/ckpt``."""
+    hook = FakeSchedulerHook([AppState.RUNNING, NODE_FAIL, AppState.RUNNING, AppState.SUCCEEDED])
+    op, _ = _resubmitting(hook, TaskStateStore(), checkpoint_root=None, component_args=["--msg", out])
+    op.execute(_context(TaskStateStore()))
+    assert _env(hook, 1).get(RESUME_FROM_ENV) == ("/ckpt/4242" if resumes else None)
+
+
+@pytest.mark.parametrize("value", ["ckpt", "/", "/ckpt/../etc", 5])
+def test_a_bad_checkpoint_root_is_refused_naming_the_value(value):
+    with pytest.raises(
+        TorchXConfigError, match=rf"checkpoint_root must be an absolute directory.*got {value!r}"
+    ):
+        _operator(FakeSchedulerHook([]), checkpoint_root=value)
+    with pytest.raises(TorchXConnectionError, match="checkpoint_root"):
+        TorchXConnectionSettings.from_extra("c", {"checkpoint_root": value})

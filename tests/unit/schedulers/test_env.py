@@ -91,6 +91,12 @@ def test_launch_env_keeps_base_passthrough_and_scheduler_variables_only():
     assert {"PATH", "HOME", "LANG", "TMPDIR", "VIRTUAL_ENV"} <= set(BASE_ENV)
 
 
+def test_launch_env_leaves_behind_a_matched_worker_variable_whose_name_is_no_identifier():
+    # a "," or "=" in a name would split srun's --export list into other variables
+    worker = {"NCCL_DEBUG": "INFO", "NCCL_A,LD_PRELOAD": "/tmp/x.so", "NCCL_B=C": "1"}
+    assert launch_env(worker, ["NCCL_*"]) == {"NCCL_DEBUG": "INFO"}
+
+
 def test_swapped_environ_restores_the_worker_environment(monkeypatch):
     import os
 

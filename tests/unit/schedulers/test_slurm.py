@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from tests.unit.schedulers.slurm_printed import delimiter_and_count, printed
 from torchx_airflow.exceptions import TorchXConfigError
 from torchx_airflow.hooks.torchx import TorchXHook
 from torchx_airflow.schedulers.slurm import SlurmJobRow, app_state_name, app_status
@@ -127,6 +128,8 @@ class _SlurmCommands:
     def __call__(self, cmd):
         self.calls.append(list(cmd))
         code, out, err = self.answers[cmd[0]]
+        if cmd[0] in ("sacct", "squeue"):  # the test's rows as Slurm prints them for this command
+            out = printed(out, *delimiter_and_count(cmd))
         return subprocess.CompletedProcess(cmd, code, out, err)
 
 
@@ -241,7 +244,7 @@ def test_slurm_that_cannot_answer_whether_a_marked_job_exists_raises(monkeypatch
 
 
 NO_ACCOUNTING = (0, "AccountingStorageType   = (null)\n", "")
-SQUEUE_101 = (0, "101|trainer-0|RUNNING|/work\n", "")
+SQUEUE_101 = (0, "101|RUNNING|/work|trainer-0\n", "")
 
 
 def _statuses(monkeypatch, answers, ids=("101", "102")):
@@ -268,10 +271,41 @@ def test_slurm_without_accounting_asks_squeue_alone_and_an_absent_job_is_unknown
 
 
 def test_slurm_with_working_accounting_never_asks_scontrol(monkeypatch):
-    sacct = (0, "101|trainer-0|RUNNING|0:0|/work\n", "")
+    sacct = (0, "101|RUNNING|0:0|/work|trainer-0\n", "")
     answer, commands = _statuses(monkeypatch, {"sacct": sacct, "squeue": (1, "", "Invalid job id specified")})
     assert answer == {"101": "RUNNING", "102": None}
     assert [c[0] for c in commands.calls] == ["sacct", "squeue"]
+
+
+class _RenamedJob:
+    """sacct and squeue printing job 101, RUNNING, renamed to hold a status line of its own."""
+
+    NAME = "t|COMPLETED|0:0|/w|x\n101|COMPLETED|0:0|/w|trainer-0\n101|NODE_FAIL|1:0|/w|y"
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def __call__(self, cmd):
+        self.calls.append(list(cmd))
+        delimiter, count = delimiter_and_count(cmd)
+        fields = ["101", "RUNNING", "0:0", "/work"][: count - 1] + [self.NAME]
+        if cmd[0] == "squeue":
+            fields = ["101", "RUNNING", "/work", self.NAME]
+        return subprocess.CompletedProcess(cmd, 0, "".join(f + delimiter for f in fields) + "\n", "")
+
+
+@pytest.mark.parametrize("command", ["sacct", "squeue"])
+def test_a_job_that_renames_itself_keeps_its_own_state(monkeypatch, command):
+    from torchx_airflow.schedulers import slurm
+
+    renamed = _RenamedJob()
+    monkeypatch.setattr(slurm, "_run", renamed)
+    rows = slurm.sacct_rows(["101"]) if command == "sacct" else slurm.squeue_rows(["101"])
+    assert [(row.app_id, row.state, row.name) for row in rows] == [("101", "RUNNING", _RenamedJob.NAME)]
+    assert app_status(rows).state.name == "RUNNING"
+    # a fresh delimiter per query: a name set before the query cannot know it
+    slurm.sacct_rows(["101"]) if command == "sacct" else slurm.squeue_rows(["101"])
+    assert delimiter_and_count(renamed.calls[0])[0] != delimiter_and_count(renamed.calls[1])[0]
 
 
 def test_slurm_with_accounting_down_answers_from_squeue_and_never_calls_a_job_unknown(monkeypatch):

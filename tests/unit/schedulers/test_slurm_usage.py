@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.unit.schedulers.slurm_printed import printed
 from torchx_airflow.schedulers.slurm_usage import (
     SACCT_FIELDS,
     cpu_seconds,
@@ -47,14 +48,36 @@ DEFAULT_UNITS_TRES = {
 }
 
 
+DELIMITER = "#0123456789abcdef#"
+
+
+def _parse(captured: str) -> list[dict]:
+    """``captured`` (the fields in the capture's order, name second) parsed as the provider's
+    command prints it: the name moved last, every field ended by the delimiter."""
+    rows = [line.split("|") for line in captured.splitlines()]
+    reordered = "\n".join("|".join([row[0], *row[2:], row[1]]) for row in rows)
+    return parse_sacct_usage(printed(reordered, DELIMITER, len(SACCT_FIELDS)), DELIMITER)
+
+
 def _allocations() -> dict[str, dict]:
-    return {a["job_id"]: a for a in parse_sacct_usage(SACCT_OUTPUT)}
+    return {a["job_id"]: a for a in _parse(SACCT_OUTPUT)}
 
 
-def test_the_command_asks_for_every_field_in_kib_without_headers():
-    cmd = sacct_usage_command(["824"])
-    assert cmd[:5] == ["sacct", "-P", "-n", "--units=K", "-j"]
-    assert cmd[5:] == ["824", "-o", ",".join(SACCT_FIELDS)]
+def test_the_command_asks_for_every_field_in_kib_without_headers_the_name_last():
+    cmd = sacct_usage_command(["824"], DELIMITER)
+    assert cmd[:6] == ["sacct", "-p", f"--delimiter={DELIMITER}", "-n", "--units=K", "-j"]
+    assert cmd[6:] == ["824", "-o", ",".join(SACCT_FIELDS)]
+    assert SACCT_FIELDS[-1] == "JobName"
+
+
+def test_a_job_name_holding_delimiters_and_fake_rows_shifts_nothing():
+    """A job renamed to ``x|COMPLETED|...`` with a newline and a whole fake allocation row keeps its
+    own state, exit code and figures; the fake row is part of its name."""
+    name = "x|FAILED|1|00:00:01|1|cpu=1|||0:0|\n900|COMPLETED|99|00:00:01|99|cpu=64|||0:0|y"
+    fields = ["900", "RUNNING", "5", "00:00.010", "5", "cpu=1,mem=1024K,node=1", "", "", "0:0", name]
+    text = "".join(field + DELIMITER for field in fields) + "\n"
+    (allocation,) = parse_sacct_usage(text, DELIMITER)
+    assert (allocation["state"], allocation["elapsed_s"], allocation["name"]) == ("RUNNING", 5, name)
 
 
 def test_every_allocation_with_its_steps_and_sacct_figures():
@@ -143,7 +166,7 @@ SACCT_GPU_OUTPUT = """\
 
 
 def test_gpus_by_type_as_accounting_records_them():
-    (job,) = parse_sacct_usage(SACCT_GPU_OUTPUT)
+    (job,) = _parse(SACCT_GPU_OUTPUT)
     assert job["alloc_tres"]["gpu"] == {"a100": 2}  # gres/gpu=2 counts the same two GPUs
     assert [step["alloc_tres"]["gpu"] for step in job["steps"]] == [{"a100": 2}, {"a100": 2}]
     usage = summarize_allocations([job])

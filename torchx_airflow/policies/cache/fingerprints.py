@@ -10,15 +10,28 @@ enough. A directory is the fingerprints of its files, relative paths included, a
 
 What cannot be read raises ``FingerprintError``: the caller then does not cache (a key that left
 out an input it could not read could match a run whose input was different).
+
+Reads with limits. Artifact paths come from tracker stores, which any job tracking to them can
+write, so a path is read only where the task may read (``ReadScope``): a local file must be a
+regular file (never a device, a FIFO or a socket; opened without blocking and checked again once
+open), never under ``/proc``, ``/sys`` or ``/dev``, and, where the scope names roots, under one of
+them (the directories the task's own arguments name, the local stores' roots); a remote URL only
+under a configured store's root, read with that store's own filesystem (its protocol and
+credentials), never with whatever credentials the worker has. Every read stops at
+``MAX_READ_BYTES`` and ``READ_SECONDS`` per fingerprint, in the calling thread (no thread is
+started, none is left behind). Anything else is "unknown": ``FingerprintError``, a miss.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import posixpath
 import shlex
 import stat
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -57,17 +70,129 @@ _STABLE_INFO = frozenset(
 # these say what the bytes are, so no content read is needed
 _CHECKSUMS = frozenset({"etag", "md5hash", "crc32c", "checksum", "content_md5", "sha256"})
 _CHUNK = 1 << 20
+#: Bytes one fingerprint reads at most (all files of a directory together).
+MAX_READ_BYTES = 256 * 1024 * 1024
+#: Seconds one fingerprint reads at most.
+READ_SECONDS = 30.0
+# kernel and device trees: their "files" are the worker's own state (/proc/self/environ) or endless
+_NEVER_READ = ("/proc", "/sys", "/dev")
 
 
 class FingerprintError(TorchXError):
-    """A cache input (a parent's artifact, a file named in the arguments) could not be read."""
+    """A cache input (a parent's artifact, a file named in the arguments) could not be read, or may not be."""
 
 
-def _sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_CHUNK), b""):
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+@dataclass(frozen=True)
+class ReadScope:
+    """Where fingerprints may read.
+
+    :param local_roots: real local directories files must lie under; None: any local regular file
+        (still never under ``/proc``, ``/sys`` or ``/dev``).
+    :param stores: ``(filesystem, root)`` of each configured remote store: a remote URL is read only
+        under one of these roots, with that filesystem. None of them: no remote reads at all.
+    """
+
+    local_roots: tuple[str, ...] | None = None
+    stores: tuple[tuple[Any, str], ...] = ()
+    max_bytes: int = MAX_READ_BYTES
+    seconds: float = READ_SECONDS
+
+
+@dataclass
+class _Budget:
+    """What one fingerprint may still read: bytes, and time until its deadline."""
+
+    scope: ReadScope
+    read: int = 0
+    deadline: float = field(default=0.0)
+
+    def __post_init__(self) -> None:
+        self.deadline = time.monotonic() + self.scope.seconds
+
+    def take(self, path: str, count: int) -> None:
+        self.read += count
+        if self.read > self.scope.max_bytes:
+            raise FingerprintError(
+                f"{path!r}: more than {self.scope.max_bytes} bytes to read; not read further."
+            )
+        if time.monotonic() > self.deadline:
+            raise FingerprintError(f"{path!r}: reading took over {self.scope.seconds:g} s; not read further.")
+
+
+def read_scope(app: AppDef | None, stores: Sequence[Any] = ()) -> ReadScope:
+    """The scope of a task: the directories its own arguments name (a directory named, or the
+    directory of a file named) and its stores' roots, local ones as local roots, remote ones with
+    their own filesystems."""
+    roots: dict[str, None] = {}
+    remote: list[tuple[Any, str]] = []
+    for store in stores:
+        fs, root = getattr(store, "fs", None), getattr(store, "root", None)
+        if fs is None or not isinstance(root, str):
+            continue
+        if "file" in _protocols(fs) or "local" in _protocols(fs):
+            roots.setdefault(os.path.realpath(root))
+        else:
+            remote.append((fs, root.rstrip("/")))
+    for word in _argument_paths(app):
+        real = os.path.realpath(word)
+        root = real if os.path.isdir(real) else os.path.dirname(real)
+        if root != "/" and not any(_under(root, never) for never in _NEVER_READ):
+            roots.setdefault(root)
+    return ReadScope(local_roots=tuple(roots), stores=tuple(remote))
+
+
+def _protocols(fs: Any) -> tuple[str, ...]:
+    protocol = getattr(fs, "protocol", ())
+    return (protocol,) if isinstance(protocol, str) else tuple(protocol)
+
+
+def _argument_paths(app: AppDef | None) -> list[str]:
+    """The absolute paths (or file:// URLs) the app's entrypoints and arguments name."""
+    if app is None:
+        return []
+    found = []
+    for role in app.roles:
+        for arg in [role.entrypoint, *role.args]:
+            for word in _words(str(arg)):
+                # a word holding spaces is a whole command or an option's text, not a path
+                path = local_path(word) if word and not any(c.isspace() for c in word) else None
+                if path and os.path.isabs(path) and len(path) < 4096:
+                    found.append(path)
+    return found
+
+
+def _checked_local(path: str, budget: _Budget) -> str:
+    """The real path of ``path`` when the scope lets it be read; else ``FingerprintError``."""
+    real = os.path.realpath(path)
+    if any(_under(real, never) for never in _NEVER_READ):
+        raise FingerprintError(f"{path!r} is under /proc, /sys or /dev: never read.")
+    roots = budget.scope.local_roots
+    if roots is not None and not any(_under(real, root) for root in roots):
+        raise FingerprintError(
+            f"{path!r} is not under a directory the task's arguments or its stores name: not read."
+        )
+    return real
+
+
+def _sha256_file(path: str, size: int, budget: _Budget) -> str:
+    """SHA-256 of the first ``size`` bytes of the regular file ``path`` (what stat said it holds)."""
+    # O_NONBLOCK: a FIFO swapped in after the stat cannot block the open; fstat checks what opened
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise FingerprintError(f"{path!r} is not a regular file: not read.")
+        digest, left = hashlib.sha256(), size
+        while left > 0:
+            chunk = f.read(min(_CHUNK, left))
+            if not chunk:
+                break
+            budget.take(path, len(chunk))
             digest.update(chunk)
+            left -= len(chunk)
     return digest.hexdigest()
 
 
@@ -85,9 +210,13 @@ def local_path(path: str) -> str | None:
     return None
 
 
-def _local_file(path: str, st: os.stat_result) -> dict[str, Any]:
+def _local_file(path: str, budget: _Budget) -> dict[str, Any]:
+    real = _checked_local(path, budget)
+    st = os.stat(real)
+    if not stat.S_ISREG(st.st_mode):  # a device, a FIFO, a socket: endless or blocking
+        raise FingerprintError(f"{path!r} is not a regular file: not read.")
     if st.st_size <= CONTENT_HASH_LIMIT:
-        return {"size": st.st_size, "sha256": _sha256_file(path)}
+        return {"size": st.st_size, "sha256": _sha256_file(real, st.st_size, budget)}
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns}
 
 
@@ -99,19 +228,20 @@ def _local_files(root: str) -> Iterator[tuple[str, str]]:
             yield os.path.relpath(full, root), full
 
 
-def _local(path: str) -> dict[str, Any]:
+def _local(path: str, budget: _Budget) -> dict[str, Any]:
     try:
-        st = os.stat(path)
-        if stat.S_ISDIR(st.st_mode):
+        real = _checked_local(path, budget)
+        if stat.S_ISDIR(os.stat(real).st_mode):
             entries = {}
-            for count, (relative, full) in enumerate(_local_files(path), start=1):
+            for count, (relative, full) in enumerate(_local_files(real), start=1):
                 if count > MAX_DIRECTORY_FILES:
                     raise FingerprintError(
                         f"{path!r} holds more than {MAX_DIRECTORY_FILES} files: too many to fingerprint."
                     )
-                entries[relative] = _local_file(full, os.stat(full))
+                budget.take(path, 0)
+                entries[relative] = _local_file(full, budget)
             return {"directory": entries}
-        return _local_file(path, st)
+        return _local_file(path, budget)
     except OSError as e:
         raise FingerprintError(f"{path!r} cannot be read: {type(e).__name__}: {e}") from e
 
@@ -120,22 +250,42 @@ def _stable(info: dict[str, Any]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in info.items() if str(k).lower() in _STABLE_INFO and v}
 
 
-def _remote_file(fs: Any, path: str, info: dict[str, Any]) -> dict[str, Any]:
+def _remote_file(fs: Any, path: str, info: dict[str, Any], budget: _Budget) -> dict[str, Any]:
     told = {"size": info.get("size"), **_stable(info)}
     size = info.get("size")
     if not _CHECKSUMS & set(told) and isinstance(size, int) and size <= CONTENT_HASH_LIMIT:
-        told["sha256"] = hashlib.sha256(fs.cat_file(path)).hexdigest()
+        digest, left = hashlib.sha256(), size
+        with fs.open(path, "rb") as f:
+            while left > 0:
+                chunk = f.read(min(_CHUNK, left))
+                if not chunk:
+                    break
+                budget.take(path, len(chunk))
+                digest.update(chunk)
+                left -= len(chunk)
+        told["sha256"] = digest.hexdigest()
     return told
 
 
-def _remote(url: str) -> dict[str, Any]:
-    try:
-        import fsspec
+def _store_of(url: str, budget: _Budget) -> tuple[Any, str]:
+    """The configured store holding ``url``, with the path in it; else ``FingerprintError``."""
+    protocol = url.split("://", 1)[0] if "://" in url else ""
+    for fs, root in budget.scope.stores:
+        if protocol not in _protocols(fs):
+            continue
+        path = fs._strip_protocol(url)
+        normal = posixpath.normpath(path)
+        if _under(normal, fs._strip_protocol(root).rstrip("/")):
+            return fs, normal
+    raise FingerprintError(f"{url!r} is not under a configured tracker store: not read.")
 
-        fs, path = fsspec.core.url_to_fs(url)
+
+def _remote(url: str, budget: _Budget) -> dict[str, Any]:
+    fs, path = _store_of(url, budget)
+    try:
         info = fs.info(path)
         if info.get("type") != "directory":
-            return _remote_file(fs, path, info)
+            return _remote_file(fs, path, info, budget)
         found = fs.find(path, detail=True)
         if len(found) > MAX_DIRECTORY_FILES:
             raise FingerprintError(
@@ -144,20 +294,23 @@ def _remote(url: str) -> dict[str, Any]:
         base = path.rstrip("/") + "/"
         return {
             "directory": {
-                name.removeprefix(base): _remote_file(fs, name, i) for name, i in sorted(found.items())
+                name.removeprefix(base): _remote_file(fs, name, i, budget)
+                for name, i in sorted(found.items())
             }
         }
     except FingerprintError:
         raise
-    except Exception as e:  # a missing file, no driver for the URL (ImportError), no access
+    except Exception as e:  # a missing file, no access
         raise FingerprintError(f"{url!r} cannot be read: {type(e).__name__}: {e}") from e
 
 
-def fingerprint(path: str) -> dict[str, Any]:
-    """What ``path`` (a local path or any fsspec URL, a file or a directory) holds; raises
-    ``FingerprintError`` when it cannot be read."""
+def fingerprint(path: str, scope: ReadScope | None = None) -> dict[str, Any]:
+    """What ``path`` (a local path or a URL of a configured store, a file or a directory) holds,
+    read within ``scope`` (default: any local regular file outside /proc, /sys and /dev, and no
+    remote URL); raises ``FingerprintError`` when it cannot or may not be read."""
+    budget = _Budget(scope or ReadScope())
     local = local_path(path)
-    return _local(local) if local is not None else _remote(path)
+    return _local(local, budget) if local is not None else _remote(path, budget)
 
 
 def _words(arg: str) -> Iterable[str]:
@@ -186,6 +339,13 @@ def named_files(app: AppDef) -> list[str]:
             for word in _words(str(arg)):
                 if len(found) >= MAX_NAMED_FILES:
                     return list(found)
-                if word and ("/" in word or "." in word) and len(word) < 4096 and os.path.isfile(word):
+                if word and ("/" in word or "." in word) and len(word) < 4096 and _is_file(word):
                     found.setdefault(os.path.abspath(word))
     return list(found)
+
+
+def _is_file(word: str) -> bool:
+    try:
+        return os.path.isfile(word)
+    except ValueError:  # a NUL in the word
+        return False

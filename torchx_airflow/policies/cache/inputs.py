@@ -21,9 +21,10 @@ With ``TorchXOperator(cache=True)`` (or ``@task.torchx(cache=True)``, or the con
   ``deployment``;
 - ``cache_salt``, and the key format's version.
 
-``cache_ignore_args`` leaves arguments out: ``"--out"`` the value of the option ``--out`` (``--out
-X`` or ``--out=X``; a flag with no value goes altogether), anything else is an ``fnmatch`` pattern
-matched against whole arguments (``"/tmp/run-*"``). Ignored values are replaced, not dropped, so a
+``cache_ignore_args`` leaves arguments out: ``"--out=*"`` the value of the option ``--out`` (``--out
+X`` or ``--out=X``), ``"-v"`` the flag ``-v`` (dropped; ``-v=X`` leaves X out; the argument after a
+flag is never taken, so no rule can swallow a positional file), anything else is an ``fnmatch``
+pattern matched against whole arguments (``"/tmp/run-*"``). Ignored values are replaced, not dropped, so a
 component still parses its arguments: for a component they apply to ``component_args``, for an
 ``AppDef`` to each role's arguments.
 
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from torchx.specs import AppDef
     from torchx.tracker.api import TrackerBase
 
+    from torchx_airflow.policies.cache.fingerprints import ReadScope
     from torchx_airflow.policies.cache.signing import CacheKeys
 
 KEY_VERSION = 2
@@ -58,7 +60,6 @@ KEY_VERSION = 2
 #: What an ignored argument's value becomes in the app the key is computed from.
 IGNORED = "<cache_ignore_args>"
 _GLOB = re.compile(r"[*?\[]")
-_NUMBER = re.compile(r"^-\d")
 
 
 # parameters
@@ -68,29 +69,39 @@ def _is_option_rule(rule: str) -> bool:
     return rule.startswith("-") and "=" not in rule and not _GLOB.search(rule)
 
 
-def _is_value(arg: str) -> bool:
-    return not arg.startswith("-") or bool(_NUMBER.match(arg)) or arg == "-"
+def _valued_option(rule: str) -> str | None:
+    """``--out`` for the rule ``--out=*`` (an option declared as taking a value), else None."""
+    name, equals, value = rule.partition("=")
+    if equals and value == "*" and _is_option_rule(name):
+        return name
+    return None
 
 
 def ignore_args(args: Sequence[str], rules: Sequence[str]) -> list[str]:
-    """``args`` with what ``rules`` ignore replaced by ``IGNORED`` (a lone flag is dropped).
+    """``args`` with what ``rules`` ignore replaced by ``IGNORED`` (a flag is dropped).
 
-    >>> ignore_args(["--lr", "0.1", "--out", "/r/1", "--log=DEBUG", "-v"], ["--out", "--log", "-v"])
-    ['--lr', '0.1', '--out', '<cache_ignore_args>', '--log=<cache_ignore_args>']
+    ``--out=*`` declares an option that takes a value: ``--out X`` and ``--out=X`` both leave X out.
+    A bare option name (``-v``, ``--log``) is a flag: ``-v`` is dropped, ``--log=X`` leaves X out,
+    and the argument after it is never taken, so ``-v a.csv`` and ``-v b.csv`` keep their files
+    apart. Anything else is an ``fnmatch`` pattern matched against whole arguments.
+
+    >>> ignore_args(["--out", "/r/1", "--log=DEBUG", "-v", "a.csv"], ["--out=*", "--log", "-v"])
+    ['--out', '<cache_ignore_args>', '--log=<cache_ignore_args>', 'a.csv']
     >>> ignore_args(["train.py", "/tmp/run-7/out"], ["/tmp/run-*"])
     ['train.py', '<cache_ignore_args>']
     """
-    options = [r for r in rules if _is_option_rule(r)]
-    patterns = [r for r in rules if not _is_option_rule(r)]
+    valued = [name for name in map(_valued_option, rules) if name is not None]
+    flags = [r for r in rules if _is_option_rule(r)]
+    patterns = [r for r in rules if not _is_option_rule(r) and _valued_option(r) is None]
     kept: list[str] = []
     i = 0
     while i < len(args):
         arg = str(args[i])
-        option = next((o for o in options if arg == o or arg.startswith(o + "=")), None)
+        option = next((o for o in (*valued, *flags) if arg == o or arg.startswith(o + "=")), None)
         if option is not None and arg.startswith(option + "="):
             kept.append(f"{option}={IGNORED}")
-        elif option is not None and i + 1 < len(args) and _is_value(str(args[i + 1])):
-            kept += [arg, IGNORED]
+        elif option in valued and i + 1 < len(args):
+            kept += [arg, IGNORED]  # the option's own value, whatever it looks like
             i += 1
         elif option is None and any(fnmatchcase(arg, p) for p in patterns):
             kept.append(IGNORED)
@@ -190,14 +201,22 @@ def file_inputs(app: AppDef) -> dict[str, Any]:
     return {path: fingerprint(path) for path in named_files(app)}
 
 
-def parent_inputs(store: TrackerBase, parents: Sequence[str]) -> list[dict[str, Any]]:
+def parent_inputs(
+    store: TrackerBase, parents: Sequence[str], scope: ReadScope | None = None
+) -> list[dict[str, Any]]:
     """``{"path", "fingerprint"}`` of every artifact of every parent in ``store``; raises
-    ``FingerprintError`` for one that cannot be read."""
-    from torchx_airflow.policies.cache.fingerprints import fingerprint
+    ``FingerprintError`` for one that cannot or may not be read.
+
+    The paths are what the parents' runs recorded, which any job tracking to the store can write:
+    each is read within ``scope`` (``fingerprints.read_scope`` of the task and its stores; default:
+    the store's own root), never a device, a FIFO, ``/proc`` or a URL outside the stores.
+    """
+    from torchx_airflow.policies.cache.fingerprints import fingerprint, read_scope
     from torchx_airflow.secrets import strip_userinfo
 
+    scope = scope if scope is not None else read_scope(None, [store])
     paths = {str(a.path) for parent in parents for a in store.artifacts(parent).values() if a.path}
-    return [{"path": strip_userinfo(path), "fingerprint": fingerprint(path)} for path in sorted(paths)]
+    return [{"path": strip_userinfo(path), "fingerprint": fingerprint(path, scope)} for path in sorted(paths)]
 
 
 # records

@@ -173,6 +173,10 @@ class TaskCache:
             return None
 
         def compute() -> tuple[str, dict[str, Any]]:
+            from torchx_airflow.policies.cache.fingerprints import read_scope
+
+            # a parent's artifact is read only under what the task's arguments and stores name
+            scope = read_scope(app, self.trackers.stores)
             inputs = key_inputs(
                 app,
                 scheduler,
@@ -180,7 +184,7 @@ class TaskCache:
                 keys=self.settings.keys,
                 scope=self.settings.scope,
                 files=file_inputs(app),
-                parents=parent_inputs(self.trackers.stores[0], parents) if parents else [],
+                parents=parent_inputs(self.trackers.stores[0], parents, scope) if parents else [],
                 salt=self.settings.salt,
                 image_digests=digests,
             )

@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.policies.cost.usage import RunAccounting, describe_usage, record_usage
-from torchx_airflow.run.execution import REATTACHED
+from torchx_airflow.run.execution import REATTACHED, RESUBMITTED
 from torchx_airflow.run.points import RunPolicy
+from torchx_airflow.run.state import ATTEMPTS_KEY
 
 if TYPE_CHECKING:
     from torchx.specs import AppDef
@@ -26,6 +27,7 @@ class CostPolicy(RunPolicy):
         self.max_cost = max_cost
         self.expected_duration = expected_duration
         self.accounting: RunAccounting | None = None
+        self._ended_costs: list[Any] = []  # this execution's ended jobs' costs (without a state store)
 
     def _accounting(self, run: TaskRun) -> RunAccounting:
         if self.accounting is None:
@@ -35,8 +37,25 @@ class CostPolicy(RunPolicy):
         return self.accounting
 
     def before_submit(self, run: TaskRun, app: AppDef) -> None:
-        """Raises ``TorchXCostLimitError`` over ``max_cost``: nothing is submitted."""
-        self._accounting(run).before_submit(app, run.context)
+        """Raises ``TorchXCostLimitError`` over ``max_cost``, counting what the try's earlier
+        attempts of a resubmitted job cost: nothing is submitted."""
+        spent = self.spent(run) if run.submission == RESUBMITTED and self.max_cost is not None else 0.0
+        self._accounting(run).before_submit(app, run.context, spent)
+
+    def spent(self, run: TaskRun) -> float:
+        """What the ended attempts of this try's job cost: each attempt's actual cost, or its
+        estimate where no actual one is known (the bound must hold, so the larger guess counts).
+        From the attempts in ``task_state_store`` (they outlive a deferral), else this execution's."""
+        costs: list[Any] = list(self._ended_costs)
+        if run.store is not None:
+            try:
+                attempts = run.store.get(ATTEMPTS_KEY)
+            except Exception as e:  # unreadable: what this execution saw still counts
+                run.log.warning("Could not read the attempts' costs: %s: %s", type(e).__name__, e)
+                attempts = None
+            if isinstance(attempts, list):
+                costs = [a.get("cost") for a in attempts if isinstance(a, dict)]
+        return sum(_cost_total(cost) for cost in costs)
 
     def submitted(self, run: TaskRun, app_handle: str) -> None:
         if run.submission != REATTACHED:
@@ -49,6 +68,7 @@ class CostPolicy(RunPolicy):
         run.result_fields.pop("cost", None)
         if cost is not None:
             run.result_fields["cost"] = cost
+            self._ended_costs.append(cost)
         run.log.info("TorchX app %s used %s", app_handle, describe_usage(usage, cost))
         if run.trackers:
             from torchx_airflow.retry import call_within
@@ -65,3 +85,14 @@ class CostPolicy(RunPolicy):
             usage, _ = self._accounting(run).at_end(app_handle, run.app, state, False, run.context)
             result["usage"] = usage
         return result
+
+
+def _cost_total(cost: Any) -> float:
+    """The total of an attempt's ``cost`` field: the actual one, else the estimate's; 0 without."""
+    if not isinstance(cost, dict):
+        return 0.0
+    for figure in (cost.get("actual"), cost.get("estimate")):
+        total = figure.get("total") if isinstance(figure, dict) else None
+        if isinstance(total, int | float) and not isinstance(total, bool):
+            return float(total)
+    return 0.0

@@ -111,7 +111,17 @@ def actual_cost(usage: Mapping[str, Any], prices: PriceTable) -> dict[str, Any] 
     return {**cost, "source": usage.get("source")}
 
 
-def check_max_cost(task_id: str, max_cost: float | None, estimate: CostEstimate | None) -> None:
-    """Raise ``TorchXCostLimitError`` when ``estimate`` is over ``max_cost``."""
-    if max_cost is not None and estimate is not None and estimate.total > max_cost:
-        raise TorchXCostLimitError(task_id, max_cost, estimate.total, estimate.currency, estimate.explain())
+def check_max_cost(
+    task_id: str, max_cost: float | None, estimate: CostEstimate | None, spent: float = 0.0
+) -> None:
+    """Raise ``TorchXCostLimitError`` when ``estimate``, plus what the try's earlier attempts
+    ``spent``, is over ``max_cost``: the bound holds for all attempts of a task try together."""
+    if max_cost is None or estimate is None or estimate.total + spent <= max_cost:
+        return
+    explanation = estimate.explain()
+    if spent:
+        explanation += (
+            f"; plus {spent:.4f} {estimate.currency} already spent by this try's earlier attempts of the "
+            "job (max_cost bounds them all together)"
+        )
+    raise TorchXCostLimitError(task_id, max_cost, estimate.total + spent, estimate.currency, explanation)

@@ -229,10 +229,11 @@ class RunAccounting:
             return None
         return estimate_cost(requested_resources(app), prices, *duration)
 
-    def before_submit(self, app: AppDef, context: Context) -> CostEstimate | None:
+    def before_submit(self, app: AppDef, context: Context, spent: float = 0.0) -> CostEstimate | None:
         """The estimate of ``app``'s cost (None without a price table or a duration); raises
-        ``TorchXCostLimitError`` when it is over ``max_cost``, and ``TorchXConfigError`` when
-        ``max_cost`` is set but no estimate can be made. Nothing has been submitted yet."""
+        ``TorchXCostLimitError`` when it, plus ``spent`` (by the try's earlier attempts), is over
+        ``max_cost``, and ``TorchXConfigError`` when ``max_cost`` is set but no estimate can be
+        made. Nothing has been submitted yet."""
         try:
             self.estimate = self._estimate(app, context)
         except TorchXConfigError:
@@ -242,7 +243,7 @@ class RunAccounting:
             return None
         if self.estimate is not None:
             self.log.info("Estimated cost of app %s: %s", app.name, self.estimate.explain())
-        check_max_cost(self.task_id, self.max_cost, self.estimate)
+        check_max_cost(self.task_id, self.max_cost, self.estimate, spent)
         return self.estimate
 
     def submitted(self, app_handle: str, context: Context) -> None:

@@ -17,6 +17,7 @@ from torchx_airflow_tracker.fsspec_store import FsspecStore
 
 from tests.secret_search import find_secret
 from torchx_airflow.exceptions import TorchXConfigError
+from torchx_airflow.policies.cache.fingerprints import read_scope
 from torchx_airflow.policies.cache.inputs import (
     IGNORED,
     file_inputs,
@@ -67,7 +68,8 @@ def _key(
         app_name=None,
         rules=rules,
     )
-    parents = parent_inputs(parent[0], [parent[1]]) if parent else []
+    # the job script's directory (tmp_path) is named by the arguments: the parent's file is under it
+    parents = parent_inputs(parent[0], [parent[1]], read_scope(app, [parent[0]])) if parent else []
     inputs = key_inputs(app, "local_cwd", cfg or {"log_dir": None, "prepend_cwd": False}, keys=KEYS,
                         files=file_inputs(app), parents=parents, salt=salt)  # fmt: skip
     return key_of(inputs), inputs
@@ -122,7 +124,7 @@ def test_one_byte_of_the_job_script_gives_another_key(job, parent):
 
 def test_a_parent_artifact_on_a_remote_store_is_told_by_its_content(job):
     store = FsspecStore(f"memory://cache-{uuid.uuid4().hex}")
-    url = f"memory://artifacts-{uuid.uuid4().hex}/data.bin"
+    url = f"memory:/{store.root}/artifacts/data.bin"  # under the store's root: read with its filesystem
     import fsspec
 
     fs = fsspec.filesystem("memory")
@@ -142,30 +144,48 @@ def test_a_parent_artifact_that_is_gone_stops_caching(job, parent):
 
 
 def test_ignored_arguments_leave_the_key_as_it_was(job, parent):
-    baseline, _ = _key(job, parent, rules=["--out"])
+    baseline, _ = _key(job, parent, rules=["--out=*"])
     app_args = ["--script", str(job), "--", "--lr", "0.1", "--out", "/out/run-2"]
     app = key_app("train", component="utils.python", component_args=app_args, app=None,
-                  env={"LOG": "info", "API_TOKEN": SECRET}, app_name=None, rules=["--out"])  # fmt: skip
+                  env={"LOG": "info", "API_TOKEN": SECRET}, app_name=None, rules=["--out=*"])  # fmt: skip
     assert IGNORED in app.roles[0].args
-    parents = parent_inputs(parent[0], [parent[1]])
+    parents = parent_inputs(parent[0], [parent[1]], read_scope(app, [parent[0]]))
     cfg = {"log_dir": None, "prepend_cwd": False}
     other = key_of(key_inputs(app, "local_cwd", cfg, keys=KEYS, files=file_inputs(app), parents=parents))
     assert other == baseline
-    assert _key(job, parent, rules=["--out"], args=["--log-level", "debug"])[0] != baseline
+    assert _key(job, parent, rules=["--out=*"], args=["--log-level", "debug"])[0] != baseline
 
 
 def test_ignore_rules_options_flags_and_patterns():
     args = ["--lr", "0.1", "--out", "/r/1", "--shift", "-1", "--log=DEBUG", "-v", "--keep", "/tmp/run-7/x"]
-    assert ignore_args(args, ["--out", "--shift", "--log", "-v", "/tmp/run-*"]) == [
+    assert ignore_args(args, ["--out=*", "--shift=*", "--log", "-v", "/tmp/run-*"]) == [
         "--lr", "0.1", "--out", IGNORED, "--shift", IGNORED, "--log=" + IGNORED, "--keep", IGNORED,
     ]  # fmt: skip
-    assert ignore_args(["--outdir", "x"], ["--out"]) == ["--outdir", "x"]  # a longer option is another one
+    assert ignore_args(["--outdir", "x"], ["--out=*"]) == ["--outdir", "x"]  # a longer option is another one
+
+
+@pytest.mark.parametrize("rule", ["-v", "--verbose", "--out"])
+def test_a_flag_rule_never_swallows_the_positional_after_it(rule):
+    """``-v a.csv`` and ``-v b.csv`` keep their files apart: only ``OPT=*`` takes the next argument."""
+    assert ignore_args([rule, "a.csv"], [rule]) == ["a.csv"]
+    assert ignore_args([rule, "a.csv"], [rule]) != ignore_args([rule, "b.csv"], [rule])
+    assert ignore_args([f"{rule}=x", "a.csv"], [rule]) == [f"{rule}={IGNORED}", "a.csv"]
+    assert ignore_args([rule, "a.csv"], [f"{rule}=*"]) == [rule, IGNORED]  # declared as taking a value
+
+
+def test_a_flag_rule_keeps_the_file_after_it_in_the_key(job, parent, tmp_path):
+    """The file after ``-v`` is still fingerprinted: two contents, two keys."""
+    data = tmp_path / "a.csv"
+    data.write_text("1,2\n")
+    first, _ = _key(job, parent, rules=["-v"], args=["-v", str(data)])
+    data.write_text("1,3\n")
+    assert _key(job, parent, rules=["-v"], args=["-v", str(data)])[0] != first
 
 
 def test_ignoring_what_the_component_parses_is_a_clear_error(job):
-    with pytest.raises(TorchXConfigError, match=r"cache_ignore_args \['-j'\].*does not build"):
+    with pytest.raises(TorchXConfigError, match=r"cache_ignore_args \['-j=\*'\].*does not build"):
         key_app("t", component="dist.ddp", component_args=["-j", "1x2", "--script", str(job)], app=None,
-                env=None, app_name=None, rules=["-j"])  # fmt: skip
+                env=None, app_name=None, rules=["-j=*"])  # fmt: skip
 
 
 def test_an_appdef_task_ignores_in_its_roles_arguments():
@@ -173,7 +193,7 @@ def test_an_appdef_task_ignores_in_its_roles_arguments():
 
     app = AppDef("x", roles=[Role("r", image="i", entrypoint="python", args=["a.py", "--out", "/r/9"])])
     built = key_app(
-        "t", component=None, component_args=None, app=app, env=None, app_name=None, rules=["--out"]
+        "t", component=None, component_args=None, app=app, env=None, app_name=None, rules=["--out=*"]
     )
     assert built.roles[0].args == ["a.py", "--out", IGNORED]
     assert app.roles[0].args[-1] == "/r/9"  # the task's own AppDef is left as it is

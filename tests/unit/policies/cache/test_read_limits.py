@@ -1,0 +1,162 @@
+"""Reads with limits (torchx_airflow/policies/cache/fingerprints.py): paths a store holds are what any
+job tracking to it wrote, so fingerprints read only regular local files under the task's roots and
+URLs under its stores, bounded in bytes and time, in the calling thread.
+
+Real files, a real FIFO, the real /dev/zero and /proc/self/environ, a real fsspec store, and a real
+HTTP server on loopback that must see no request.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import threading
+import time
+import uuid
+
+import pytest
+from torchx_airflow_tracker.fsspec_store import FsspecStore
+
+from torchx_airflow.policies.cache.fingerprints import FingerprintError, ReadScope, fingerprint, read_scope
+from torchx_airflow.policies.cache.inputs import file_inputs, parent_inputs
+from torchx_airflow.policies.cache.records import usable
+
+PARENT = "local_cwd://torchx/prepare-1"
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    requests: list[str] = []
+
+    def do_GET(self) -> None:
+        self.requests.append(f"GET {self.path}")
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"model")
+
+    def do_HEAD(self) -> None:
+        self.requests.append(f"HEAD {self.path}")
+        self.send_response(200)
+        self.send_header("Content-Length", "5")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def loopback_url():
+    """A URL on an HTTP server on loopback, and the requests it saw."""
+    _Recorder.requests = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/backdoored.pt", _Recorder.requests
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def _parent_with(path: str) -> FsspecStore:
+    store = FsspecStore(f"memory://reads-{uuid.uuid4().hex}")
+    store.add_artifact(PARENT, "out", path)
+    return store
+
+
+def _inputs_of(store: FsspecStore, scope: ReadScope) -> list:
+    threads = set(threading.enumerate())
+    started = time.monotonic()
+    try:
+        return parent_inputs(store, [PARENT], scope)
+    finally:
+        assert time.monotonic() - started < 5  # nothing blocked or burned
+        assert set(threading.enumerate()) == threads  # no thread started, none left behind
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(FingerprintError, match="not a regular file"):
+        _inputs_of(_parent_with(str(fifo)), ReadScope(local_roots=(str(tmp_path),)))
+
+
+@pytest.mark.parametrize("path", ["/dev/zero", "/proc/self/environ", "file:///dev/zero", "/sys/kernel/notes"])
+def test_devices_proc_and_sys_are_never_read(tmp_path, path):
+    with pytest.raises(FingerprintError, match=r"under /proc, /sys or /dev"):
+        _inputs_of(_parent_with(path), ReadScope(local_roots=None))  # not even with no roots at all
+
+
+def test_a_link_to_proc_is_refused_where_it_points(tmp_path):
+    link = tmp_path / "config.yaml"
+    link.symlink_to("/proc/self/environ")
+    with pytest.raises(FingerprintError, match=r"under /proc"):
+        _inputs_of(_parent_with(str(link)), ReadScope(local_roots=(str(tmp_path),)))
+
+
+def test_a_file_named_by_the_arguments_in_proc_is_refused():
+    """``--config=/proc/self/environ`` would hash the worker's own environment into the key."""
+    from torchx_airflow.apps import build_app_from_component
+
+    app = build_app_from_component("utils.sh", ["train", "--config=/proc/self/environ"])
+    with pytest.raises(FingerprintError, match=r"/proc/self/environ.*never read"):
+        file_inputs(app)
+
+
+def test_an_http_url_outside_the_stores_is_never_requested(loopback_url):
+    url, requests = loopback_url
+    store = _parent_with(url)
+    with pytest.raises(FingerprintError, match="not under a configured tracker store"):
+        _inputs_of(store, read_scope(None, [store]))
+    assert requests == []  # not a HEAD, not a GET
+
+
+def test_a_local_file_outside_the_tasks_roots_is_refused(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "secret.key").write_text("k")
+    task_dir = tmp_path / "task"
+    task_dir.mkdir()
+    with pytest.raises(FingerprintError, match="not under a directory the task's arguments"):
+        _inputs_of(_parent_with(str(elsewhere / "secret.key")), ReadScope(local_roots=(str(task_dir),)))
+
+
+def test_roots_are_what_the_arguments_and_the_local_stores_name(tmp_path):
+    from torchx_airflow.apps import build_app_from_component
+
+    data = tmp_path / "in" / "data.csv"
+    data.parent.mkdir()
+    data.write_text("1,2\n")
+    local_store = FsspecStore(str(tmp_path / "store"))
+    app = build_app_from_component("utils.echo", ["--msg", f"--in={data} --dev /dev/zero"])
+    scope = read_scope(app, [local_store])
+    assert set(scope.local_roots or ()) == {str(data.parent), str(tmp_path / "store")}  # never /dev
+    local_store.add_artifact(PARENT, "out", str(data))
+    assert _inputs_of(local_store, scope)[0]["fingerprint"]["size"] == 4  # a regular file in a root: read
+
+
+def test_reads_stop_at_the_byte_budget(tmp_path):
+    big = tmp_path / "big.bin"
+    big.write_bytes(b"x" * (3 << 20))
+    with pytest.raises(FingerprintError, match="more than 1048576 bytes"):
+        fingerprint(str(big), ReadScope(local_roots=(str(tmp_path),), max_bytes=1 << 20))
+
+
+def test_a_record_whose_outputs_point_at_dev_zero_or_a_url_is_a_miss_at_once(loopback_url):
+    """A forged record's outputs are checked within the default scope: no device, no URL."""
+    from torchx_airflow.policies.cache.inputs import KEY_VERSION
+
+    url, requests = loopback_url
+    for output in ("/dev/zero", url):
+        record = {
+            "version": KEY_VERSION,
+            "key": "k",
+            "app_handle": "local_cwd://torchx/x",
+            "result": {},
+            "expires": time.time() + 60,
+            "outputs": {output: {"size": 5}},
+        }
+        started = time.monotonic()
+        assert "is gone" in (usable(record, "k") or "")
+        assert time.monotonic() - started < 5
+    assert requests == []
