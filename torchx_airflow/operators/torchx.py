@@ -53,8 +53,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
     task instance still runs (a deploy) leaves it for the next try (:mod:`torchx_airflow.run.kills`).
 
     Opt-in behaviour joins the run as policies (:mod:`torchx_airflow.run.points`): caching, cost,
-    resubmission after the infrastructure ended a job, and any given in ``policies``. Every setting
-    left None is the connection's, else ``[torchx]``'s (``docs/configuration.md``).
+    resubmission, and any in ``policies``. A setting left None is the connection's, else ``[torchx]``'s.
 
     :param wait_for_completion: wait until the app is terminal (default); False returns after
         submission (a ``TorchXAppSensor`` can wait on the handle).
@@ -69,12 +68,11 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
     :param tracker_timeout: seconds the trackers get at each step: past it before submission the
         task fails with nothing submitted; after, a warning (the app is never lost or duplicated).
     :param infrastructure_retries: times a job the infrastructure ended (``NODE_FAIL``,
-        ``PREEMPTED``, ``BOOT_FAIL``) is resubmitted within this try, without using ``retries``.
+        ``PREEMPTED``...) is resubmitted within this try, without using ``retries``.
     :param checkpoint_artifact: the artifact whose path a resubmitted job gets in
         ``TORCHX_AIRFLOW_RESUME_FROM`` (:mod:`torchx_airflow.policies.resubmission`).
-    :param checkpoint_root: the directory (or URL prefix) that path must lie under, else the next
-        attempt starts fresh; None: the connection's, else ``[torchx] checkpoint_root``, else the
-        task's output root (the directories its own arguments name).
+    :param checkpoint_root: the directory (or URL prefix) that path must lie under, else the job
+        starts fresh; unset anywhere: the directories the task's own arguments name.
     :param artifact_assets: artifact name -> ``Asset``/``AssetAlias`` of ``outlets``: the event of a
         SUCCEEDED app carries the handle and the artifact (:mod:`torchx_airflow.lineage.assets`).
     :param expected_duration: seconds (or a ``timedelta``) the app is expected to run, for the cost
@@ -153,10 +151,11 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         from torchx_airflow.policies.resubmission import ResubmissionPolicy
 
         cache = (self.cache, self.cache_salt, self.cache_ignore_args, self.cache_ttl)
+        resume = (self.infrastructure_retries, self.checkpoint_artifact, self.checkpoint_root)
         return [
             CachePolicy(*cache, self.app_parts(), self.artifact_assets, scope=self.cache_scope),
             CostPolicy(self.max_cost, self.expected_duration),
-            ResubmissionPolicy(self.infrastructure_retries, self.checkpoint_artifact, self.checkpoint_root),
+            ResubmissionPolicy(*resume),
             *self.policies,
         ]
 
@@ -247,8 +246,6 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
 
     def get_job_result(self, external_id: Any, context: Context) -> dict[str, Any]:
         return self._lifecycle(context).job_result(str(external_id))
-
-    # deferrable
 
     def _defer(self, app_handle: str, context: Context) -> None:
         from torchx_airflow.triggers.torchx import TorchXAppTrigger
