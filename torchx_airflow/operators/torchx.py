@@ -86,7 +86,6 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
     :param cache_ttl: seconds (or a ``timedelta``) a recorded result is reused.
     :param cache_scope: ``"dag"`` (hits only from the same DAG's runs) or ``"deployment"`` (any DAG's).
     :param policies: more :class:`~torchx_airflow.run.points.RunPolicy` after the task's own.
-
     Other parameters are those of :class:`TorchXDryRunOperator`.
     """
 
