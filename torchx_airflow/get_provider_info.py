@@ -102,6 +102,18 @@ def get_provider_info() -> dict[str, Any]:
                         "description": "Seconds a cached result is reused (empty: 30 days; a task's "
                         "cache_ttl= wins)",
                     },
+                    "cache_scope": {
+                        "label": "Cache scope",
+                        "schema": {"type": ["string", "null"], "enum": ["dag", "deployment", None]},
+                        "description": "dag: cached results only within a DAG; deployment: shared by every "
+                        "DAG (empty: [torchx] cache_scope, dag)",
+                    },
+                    "checkpoint_root": {
+                        "label": "Checkpoint root",
+                        "schema": _STRING,
+                        "description": "Directory (or URL prefix) a resubmitted job may resume from (empty: "
+                        "[torchx] checkpoint_root, else the directories the task's arguments name)",
+                    },
                 },
                 # host and password reach the scheduler's API (SchedulerCredentials): Kubernetes only
                 "ui-field-behaviour": {

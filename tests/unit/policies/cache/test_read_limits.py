@@ -143,20 +143,21 @@ def test_reads_stop_at_the_byte_budget(tmp_path):
 
 
 def test_a_record_whose_outputs_point_at_dev_zero_or_a_url_is_a_miss_at_once(loopback_url):
-    """A forged record's outputs are checked within the default scope: no device, no URL."""
-    from torchx_airflow.policies.cache.inputs import KEY_VERSION
+    """A record's outputs (paths a job chose, signed as the job recorded them) are checked within the
+    default scope: no device, no URL; at once, without a request."""
+    from torchx_airflow.policies.cache.records import new_record
+    from torchx_airflow.policies.cache.signing import SIGNATURE_FIELD, CacheKeys
 
+    keys = CacheKeys((b"read-limits-test-deployment-key-0123456789",))
     url, requests = loopback_url
     for output in ("/dev/zero", url):
-        record = {
-            "version": KEY_VERSION,
-            "key": "k",
-            "app_handle": "local_cwd://torchx/x",
-            "result": {},
-            "expires": time.time() + 60,
-            "outputs": {output: {"size": 5}},
-        }
+        result = {"app_handle": "local_cwd://torchx/x", "state": "SUCCEEDED", "artifacts": {}}
+        record = new_record("k", "dag:d", "local_cwd://torchx/x", result, 60, {}, keys)
+        fields = {k: v for k, v in record.items() if k != SIGNATURE_FIELD}
+        fields["outputs"] = {output: {"size": 5}}
+        record = {**fields, SIGNATURE_FIELD: keys.sign(fields)}
         started = time.monotonic()
-        assert "is gone" in (usable(record, "k") or "")
+        reason = usable(record, "k", "dag:d", 60, keys)
+        assert reason is not None and "is gone" in reason[0], reason
         assert time.monotonic() - started < 5
     assert requests == []
