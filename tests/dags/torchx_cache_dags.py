@@ -3,8 +3,9 @@ the one before through its XCom (``c`` is a ``@task.torchx``).
 
 ``tx_cache`` runs on the connection the test gives (local_cwd, waits in the worker) and
 ``tx_cache_slurm`` on ``torchx_slurm`` with every wait deferred to the triggerer. The params change
-one input of ``b`` at a time (an argument, an env value, the image, the salt, the cfg); outputs go to
-a directory of the DAG run (left out of the key by ``cache_ignore_args``); every job appends its
+one input of ``b`` at a time (an argument, an env value, the image, the salt, the cfg); ``a`` and ``c``
+write to a directory of the DAG run (left out of the key by ``cache_ignore_args``), ``b`` to one its
+output's inputs name, so ``c`` runs again only when ``b``'s output changed; every job appends its
 name to the ledger file, so the tests count the jobs that really ran. ``a`` is cached by its
 connection's default (extra ``cache``), ``b`` and ``c`` by their own ``cache=True``.
 """
@@ -24,6 +25,9 @@ OUT = "{{ params.output_dir }}/{{ run_id | replace(':', '-') }}"
 LEDGER = {"CACHE_LEDGER": "{{ params.ledger }}"}
 SECRET = "cache-Step-Token-5512"  # a: a secret env value, part of its key as a digest only
 A_OUT = Asset("torchx-test://tx_cache/a-out")
+# b writes where its output's inputs say (as pipelines with deterministic output paths do): a b that
+# runs again with the same output (another salt, image or cfg) leaves c's input as it was
+B_OUT = "{{ params.output_dir }}/b-{{ params.b_value }}-{{ params.b_env }}"
 
 
 def _dag(dag_id: str, conn_id: str, deferrable: bool) -> DAG:
@@ -83,7 +87,7 @@ def _dag(dag_id: str, conn_id: str, deferrable: bool) -> DAG:
                 "--in",
                 "{{ ti.xcom_pull(task_ids='a')['artifacts']['out']['path'] }}",
                 "--out",
-                f"{OUT}/b",
+                B_OUT,
             ],  # fmt: skip
             env={**LEDGER, "STEP_ENV": "{{ params.b_env }}"},
             cfg="{{ params.b_cfg | tojson }}",

@@ -5,9 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
-
-import pytest
 
 from tests.conftest import AIRFLOW
 from torchx_airflow.get_provider_info import get_provider_info
@@ -63,38 +60,3 @@ def test_airflow_lists_the_provider_and_its_connection_type():
     ).stdout
     for hook in ("torchx.TorchXHook", "tracker.TorchXFsspecHook", "tracker.MlflowTrackerHook"):
         assert f"torchx_airflow.hooks.{hook}" in conns
-
-
-def test_the_torchx_config_section_and_the_docs_are_rendered_from_the_options_table(monkeypatch):
-    """One table: Airflow's [torchx] section, the defaults it reads, the resolver and the docs."""
-    from airflow.sdk.configuration import conf
-
-    from torchx_airflow.settings.options import OPTIONS, options_markdown, site_value
-
-    monkeypatch.delenv("AIRFLOW__TORCHX__MIN_POLL_INTERVAL")  # the unit tests' own settings
-    monkeypatch.delenv("AIRFLOW__TORCHX__CACHE_KEY_SECRET")
-    section = get_provider_info()["config"]["torchx"]["options"]
-    assert list(section) == [option.name for option in OPTIONS]
-    for option in OPTIONS:
-        assert section[option.name]["type"] == option.type
-        # the default Airflow reads is the table's, and so is what the resolver falls back to
-        typed = str if option.type == "string" else float
-        assert (
-            typed(conf.get("torchx", option.name)) == typed(option.default) == typed(site_value(option.name))
-        )
-    page = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
-    assert options_markdown() in page, (
-        "docs/configuration.md: paste `python -m torchx_airflow.settings.options`"
-    )
-
-
-def test_a_bad_site_option_is_refused_naming_it(monkeypatch):
-    from torchx_airflow.exceptions import TorchXConfigError
-    from torchx_airflow.settings.resolve import resolve
-
-    monkeypatch.setenv("AIRFLOW__TORCHX__TRACKER_TIMEOUT", "soon")
-    with pytest.raises(
-        TorchXConfigError, match=r"\[torchx\] tracker_timeout: tracker_timeout must be a positive"
-    ):
-        resolve("tracker_timeout")
-    assert resolve("tracker_timeout", 5.0) == 5.0  # a task's own value never reads the site's

@@ -1,0 +1,1 @@
+"""Hooks: a torchx connection -> the TorchX Runner, tracker connections -> tracker stores."""

@@ -1,0 +1,1 @@
+"""Operators that dry-run and run TorchX apps (``torchx.TorchXOperator``, ``dryrun.TorchXDryRunOperator``)."""

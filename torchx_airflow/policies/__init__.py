@@ -1,1 +1,1 @@
-"""Opt-in behaviour of a task's run, each policy joining the run at four points (``base.RunPolicy``)."""
+"""Opt-in behaviour of a task's run, each policy joining it at four points (``run.points.RunPolicy``)."""

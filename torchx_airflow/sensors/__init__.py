@@ -1,0 +1,1 @@
+"""Sensors: wait on a TorchX app another task launched (``torchx.TorchXAppSensor``)."""

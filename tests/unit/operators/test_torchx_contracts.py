@@ -2,7 +2,7 @@
 hand-off, ``execute_complete`` fed literal events of every kind, the worker's status retry policy, and
 template fields kept verbatim until rendering.
 
-The scheduler is replaced here by ``FakeSchedulerHook`` (tests/unit/fakes.py, a fake, named as such):
+The scheduler is replaced here by ``FakeSchedulerHook`` (tests/fakes.py, a fake, named as such):
 these tests pin what the operator does with the answers. The same paths run against the real Slurm
 cluster in tests/slurm. The trigger's, the sensor's and the durable submission's contracts are in
 tests/unit/triggers/test_trigger_contracts.py, tests/unit/sensors/test_sensor_contracts.py and
@@ -17,11 +17,12 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from torchx.specs import AppState
 
-from tests.fakes import TI, TaskStateStore
-from tests.unit.fakes import (
+from tests.fakes import (
     HANDLE,
+    TI,
     TRIGGER_PATH,
     FakeSchedulerHook,
+    TaskStateStore,
     _context,
     _operator,
     _terminal,

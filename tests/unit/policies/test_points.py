@@ -1,6 +1,6 @@
 """A policy joins a task's run at four points, with no edit to the operator or the lifecycle: one
 defined only here refuses, short-cuts and resubmits through the real TorchXOperator (its scheduler a
-named fake, tests/unit/fakes.py). And the task's own settings reach the task's own policies."""
+named fake, tests/fakes.py). And the task's own settings reach the task's own policies."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from torchx.specs import AppState, AppStatus
 
-from tests.unit.fakes import HANDLE, FakeSchedulerHook, TaskStateStore, _context, _operator
+from tests.fakes import HANDLE, FakeSchedulerHook, TaskStateStore, _context, _operator
 from torchx_airflow.exceptions import TorchXAppFailedError, TorchXConfigError
 from torchx_airflow.run.points import NextAttempt, RunPolicy, ShortCut
 from torchx_airflow.settings.connection import TorchXConnectionSettings

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from torchx.specs import AppDef, Resource, Role
 
-from tests.unit.fakes import FakeSchedulerHook, TaskStateStore
+from tests.fakes import FakeSchedulerHook, TaskStateStore
 from torchx_airflow.exceptions import TorchXCostLimitError
 from torchx_airflow.policies.cost.policy import CostPolicy
 from torchx_airflow.policies.resubmission import RESUME_FROM_ENV, ResubmissionPolicy

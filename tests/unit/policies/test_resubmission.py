@@ -15,8 +15,7 @@ import pytest
 from airflow.sdk.exceptions import TaskDeferred
 from torchx.specs import AppState, AppStatus
 
-from tests.fakes import TaskStateStore
-from tests.unit.fakes import HANDLE, FakeSchedulerHook, _context, _operator, _terminal
+from tests.fakes import HANDLE, FakeSchedulerHook, TaskStateStore, _context, _operator, _terminal
 from torchx_airflow.exceptions import TorchXAppFailedError, TorchXConfigError, TorchXConnectionError
 from torchx_airflow.policies.resubmission import ATTEMPT_ENV, RESUME_FROM_ENV
 from torchx_airflow.run.state import ATTEMPTS_KEY

@@ -1,7 +1,7 @@
 """The durable submission (torchx_airflow/run/durable.py) through the operator: the submission mark in
 the task state store before the job reaches the scheduler, the handle persisted, and a retry that
 reattaches, finds the job an earlier try submitted, or submits again. The scheduler is
-``FakeSchedulerHook`` (tests/unit/fakes.py); the real one runs in tests/slurm."""
+``FakeSchedulerHook`` (tests/fakes.py); the real one runs in tests/slurm."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import pytest
 from airflow.sdk.exceptions import TaskDeferred
 from torchx.specs import AppState
 
-from tests.fakes import TaskStateStore
-from tests.unit.fakes import HANDLE, FakeSchedulerHook, _context, _operator, handle_keys
+from tests.fakes import HANDLE, FakeSchedulerHook, TaskStateStore, _context, _operator, handle_keys
 from torchx_airflow.exceptions import TorchXError
 
 

@@ -115,7 +115,7 @@ def test_on_kill_cancels_exactly_when_the_api_server_says_the_task_was_ended(mon
 
     from airflow.sdk.execution_time import task_runner
 
-    from tests.unit.fakes import FakeSchedulerHook, _operator
+    from tests.fakes import FakeSchedulerHook, _operator
 
     channel = SupervisorChannel({"train": state})
     monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", channel, raising=False)

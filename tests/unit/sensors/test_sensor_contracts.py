@@ -1,6 +1,6 @@
 """The sensor's contracts: a deferred sensor resumes as poke mode ends (timeout fails or skips), defers
 with a trigger that never cancels, and judges failed and unknown apps. The scheduler is
-``FakeSchedulerHook`` (tests/unit/fakes.py)."""
+``FakeSchedulerHook`` (tests/fakes.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowSensorTimeout, AirflowSkipException, TaskDeferred
 from torchx.specs import AppState
 
-from tests.unit.fakes import HANDLE, TRIGGER_PATH, FakeSchedulerHook, _context, _terminal
+from tests.fakes import HANDLE, TRIGGER_PATH, FakeSchedulerHook, _context, _terminal
 from torchx_airflow.exceptions import TorchXAppNotFoundError, TorchXAppTerminalError
 from torchx_airflow.sensors.torchx import TorchXAppSensor
 

@@ -1,4 +1,4 @@
-"""TorchXAppTrigger in-process with a fake scheduler (tests/unit/fakes.py): primitives only, one
+"""TorchXAppTrigger in-process with a fake scheduler (tests/fakes.py): primitives only, one
 event, cancel rules."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import time
 import pytest
 from torchx.specs import AppState, AppStatus
 
+from tests.fakes import FakeSchedulerHook
 from tests.polling import wait_until
-from tests.unit.fakes import FakeSchedulerHook
 from torchx_airflow.exceptions import TorchXConfigError
 from torchx_airflow.operators.torchx import TorchXOperator
 from torchx_airflow.triggers.torchx import TorchXAppTrigger

@@ -1,6 +1,6 @@
 """The trigger's contracts: its exact serialized form (also of triggers serialized by older
 versions), the one status retry policy, and a sensor's deadline that cancels nothing. The scheduler
-is ``FakeSchedulerHook`` (tests/unit/fakes.py)."""
+is ``FakeSchedulerHook`` (tests/fakes.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 from torchx.specs import AppState
 
-from tests.unit.fakes import HANDLE, TRIGGER_PATH, FakeSchedulerHook
+from tests.fakes import HANDLE, TRIGGER_PATH, FakeSchedulerHook
 from torchx_airflow.triggers.torchx import TorchXAppTrigger
 
 

@@ -1,1 +1,1 @@
-"""Usage and cost of a run: price tables, estimates, ``max_cost``, and the accounting of what a run used."""
+"""Usage and cost of a run: its estimate and ``max_cost`` before submitting, its accounting after."""

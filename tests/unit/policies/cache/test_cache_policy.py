@@ -1,4 +1,4 @@
-"""The cache policy through the real operator (scheduler: the named fake of tests/unit/fakes.py;
+"""The cache policy through the real operator (scheduler: the named fake of tests/fakes.py;
 tracker: a real fsspec store in a temporary directory): a hit submits nothing, a task with a job of
 its own never takes another run's result, and the key of a deferred task is kept where its resumed
 execution finds it."""
@@ -15,7 +15,7 @@ from airflow.sdk.exceptions import TaskDeferred
 from torchx.specs import AppState
 from torchx_airflow_tracker.fsspec_store import FsspecStore
 
-from tests.unit.fakes import HANDLE, TI, FakeSchedulerHook, TaskStateStore
+from tests.fakes import HANDLE, TI, FakeSchedulerHook, TaskStateStore
 from torchx_airflow.operators.torchx import TorchXOperator
 from torchx_airflow.run.state import CACHE_KEY, HANDLE_KEY
 

@@ -1,5 +1,5 @@
 """A hostile store writer against the cache, through the real operator (scheduler: the named fake of
-tests/unit/fakes.py; tracker: a real fsspec store in a temporary directory, written as a job with the
+tests/fakes.py; tracker: a real fsspec store in a temporary directory, written as a job with the
 store's credentials could write it): a forged, unsigned, foreign-keyed, malformed or copied record
 is a miss and the task runs; an untouched record still hits; bad cache settings are refused with
 their fix before anything is submitted."""
@@ -15,7 +15,7 @@ import pytest
 from torchx.specs import AppState
 from torchx_airflow_tracker.fsspec_store import FsspecStore
 
-from tests.unit.fakes import HANDLE, TaskStateStore
+from tests.fakes import HANDLE, TaskStateStore
 from tests.unit.policies.cache.test_cache_policy import CacheTI, CachingHook, _context, _task
 from torchx_airflow.exceptions import TorchXConfigError, TorchXConnectionError
 from torchx_airflow.lineage.keys import XCOM_UI_URL

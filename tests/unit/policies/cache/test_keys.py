@@ -258,8 +258,7 @@ def test_an_operator_caching_without_waiting_is_refused():
 
 
 def test_a_cached_task_without_a_tracker_fails_before_submitting():
-    from tests.fakes import TaskStateStore
-    from tests.unit.fakes import FakeSchedulerHook, _context
+    from tests.fakes import FakeSchedulerHook, TaskStateStore, _context
     from torchx_airflow.operators.torchx import TorchXOperator
 
     hook = FakeSchedulerHook([])

@@ -2,7 +2,7 @@
 before anything is submitted, the usage and cost in the result and in the error of a failed app, the
 fallback for schedulers without accounting, and a usage read that fails.
 
-The scheduler is ``FakeSchedulerHook`` (tests/unit/fakes.py, a fake, named as such): these tests pin
+The scheduler is ``FakeSchedulerHook`` (tests/fakes.py, a fake, named as such): these tests pin
 what the task does with the scheduler's answers. The real answers (sacct on the Slurm cluster,
 local_cwd's processes) are tested in tests/unit/schedulers/test_processes.py, tests/integration/
 test_usage_dags.py and tests/slurm/test_slurm_usage.py.
@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 from torchx.specs import AppState
 
-from tests.fakes import TI, TaskStateStore
-from tests.unit.fakes import HANDLE, FakeSchedulerHook, _context, _operator, _terminal
+from tests.fakes import HANDLE, TI, FakeSchedulerHook, TaskStateStore, _context, _operator, _terminal
 from torchx_airflow.exceptions import TorchXAppFailedError, TorchXConfigError, TorchXCostLimitError
 from torchx_airflow.run.state import SUBMITTED_KEY
 from torchx_airflow.settings.prices import PriceTable
