@@ -26,12 +26,13 @@ Also the parsers other connection types share: a JSON-object extra, the list of 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from torchx_airflow.exceptions import TorchXConfigError, TorchXConnectionError
+from torchx_airflow.exceptions import TorchXConnectionError
 from torchx_airflow.schedulers.env import parse_env_passthrough
+from torchx_airflow.settings import checks
 from torchx_airflow.settings.extras import check_extra_keys, parse_bool, parse_json_object
 from torchx_airflow.settings.prices import PriceTable
 
@@ -77,23 +78,42 @@ class TorchXConnectionSettings:
             cfg=parse_json_object(conn_id, "cfg", get("cfg"), '{"partition": "gpu", "time": "01:00:00"}'),
             trackers=_parse_trackers(conn_id, get("trackers")),
             env_passthrough=parse_env_passthrough(conn_id, get("env_passthrough")),
-            outage_timeout=_parse_outage_timeout(conn_id, get("outage_timeout")),
-            infrastructure_retries=_parse_infrastructure_retries(conn_id, get("infrastructure_retries")),
+            outage_timeout=_checked(
+                conn_id,
+                checks.check_outage_timeout,
+                get("outage_timeout"),
+                "Set extra 'outage_timeout' to a number, e.g. 1800.",
+            ),
+            infrastructure_retries=_checked(
+                conn_id,
+                checks.check_infrastructure_retries,
+                get("infrastructure_retries"),
+                "Set extra 'infrastructure_retries' to e.g. 3.",
+            ),
             prices=PriceTable.from_extra(conn_id, get("prices")),
             cache=parse_bool(conn_id, "cache", get("cache")),
             cache_ttl=_parse_cache_ttl(conn_id, get("cache_ttl")),
-            cache_scope=_parse_cache_scope(conn_id, get("cache_scope")),
-            checkpoint_root=_parse_checkpoint_root(conn_id, get("checkpoint_root")),
+            cache_scope=_checked(
+                conn_id,
+                checks.check_cache_scope,
+                get("cache_scope"),
+                'Set extra \'cache_scope\' to "dag" or "deployment".',
+            ),
+            checkpoint_root=_checked(
+                conn_id, checks.check_checkpoint_root, get("checkpoint_root"), "Set extra 'checkpoint_root'."
+            ),
         )
 
 
-def _parse_infrastructure_retries(conn_id: str, value: Any) -> int | None:
-    from torchx_airflow.settings.checks import check_infrastructure_retries
-
+def _checked(conn_id: str, check: Callable[[Any, str], Any], value: Any, fix: str) -> Any:
+    """A connection extra through its setting's check (``settings.checks``): a bad value is the
+    connection's error, with ``fix`` added."""
     try:
-        return check_infrastructure_retries(value, f"Connection {conn_id!r}")
-    except TorchXConfigError as e:  # a connection's is a connection error
-        raise TorchXConnectionError(f"{e} Set extra 'infrastructure_retries' to e.g. 3.") from None
+        return check(value, f"Connection {conn_id!r}")
+    except TorchXConnectionError:
+        raise
+    except Exception as e:  # TorchXConfigError: a connection's is a connection error
+        raise TorchXConnectionError(f"{e} {fix}") from None
 
 
 def _parse_cache_ttl(conn_id: str, value: Any) -> float | None:
@@ -106,35 +126,6 @@ def _parse_cache_ttl(conn_id: str, value: Any) -> float | None:
             f"Connection {conn_id!r}: extra 'cache_ttl' must be a positive number of seconds, got "
             f"{value!r}. Write it as e.g. 604800 (7 days)."
         ) from None
-
-
-def _parse_cache_scope(conn_id: str, value: Any) -> str | None:
-    from torchx_airflow.settings.checks import check_cache_scope
-
-    try:
-        return check_cache_scope(value, f"Connection {conn_id!r}")
-    except TorchXConfigError as e:  # a connection's is a connection error
-        raise TorchXConnectionError(f'{e} Set extra \'cache_scope\' to "dag" or "deployment".') from None
-
-
-def _parse_checkpoint_root(conn_id: str, value: Any) -> str | None:
-    from torchx_airflow.settings.checks import check_checkpoint_root
-
-    try:
-        return check_checkpoint_root(value, f"Connection {conn_id!r}")
-    except TorchXConfigError as e:  # a connection's is a connection error
-        raise TorchXConnectionError(f"{e} Set extra 'checkpoint_root'.") from None
-
-
-def _parse_outage_timeout(conn_id: str, value: Any) -> float | None:
-    from torchx_airflow.settings.checks import check_outage_timeout
-
-    try:
-        return check_outage_timeout(value, f"Connection {conn_id!r}")
-    except TorchXConnectionError:
-        raise
-    except Exception as e:  # TorchXConfigError: a connection's is a connection error
-        raise TorchXConnectionError(f"{e} Set extra 'outage_timeout' to a number, e.g. 1800.") from None
 
 
 _TRACKERS_EXAMPLE = '["torchx_fsspec_default", "mlflow_default"] or "torchx_fsspec_default,mlflow_default"'
