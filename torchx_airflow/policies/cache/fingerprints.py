@@ -185,14 +185,19 @@ def _sha256_file(path: str, size: int, budget: _Budget) -> str:
     with os.fdopen(fd, "rb", buffering=0) as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise FingerprintError(f"{path!r} is not a regular file: not read.")
-        digest, left = hashlib.sha256(), size
-        while left > 0:
-            chunk = f.read(min(_CHUNK, left))
-            if not chunk:
-                break
-            budget.take(path, len(chunk))
-            digest.update(chunk)
-            left -= len(chunk)
+        return _sha256_of(f, path, size, budget)
+
+
+def _sha256_of(f: Any, path: str, size: int, budget: _Budget) -> str:
+    """SHA-256 of at most ``size`` bytes read from the open file ``f``, within ``budget``."""
+    digest, left = hashlib.sha256(), size
+    while left > 0:
+        chunk = f.read(min(_CHUNK, left))
+        if not chunk:
+            break
+        budget.take(path, len(chunk))
+        digest.update(chunk)
+        left -= len(chunk)
     return digest.hexdigest()
 
 
@@ -254,16 +259,8 @@ def _remote_file(fs: Any, path: str, info: dict[str, Any], budget: _Budget) -> d
     told = {"size": info.get("size"), **_stable(info)}
     size = info.get("size")
     if not _CHECKSUMS & set(told) and isinstance(size, int) and size <= CONTENT_HASH_LIMIT:
-        digest, left = hashlib.sha256(), size
         with fs.open(path, "rb") as f:
-            while left > 0:
-                chunk = f.read(min(_CHUNK, left))
-                if not chunk:
-                    break
-                budget.take(path, len(chunk))
-                digest.update(chunk)
-                left -= len(chunk)
-        told["sha256"] = digest.hexdigest()
+            told["sha256"] = _sha256_of(f, path, size, budget)
     return told
 
 
