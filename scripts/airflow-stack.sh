@@ -25,7 +25,8 @@
 # worker-<n>'s is AIRFLOW_LOG_PORT + n for n >= 2; default 8793), AIRFLOW_ADMIN_PASSWORD (the UI/API
 # login "admin"; default: generated once and kept in the home), EXECUTOR (local|celery),
 # REDIS_PORT (default 6379), CELERY_WORKERS (default 2), AIRFLOW__CELERY__WORKER_CONCURRENCY
-# (task slots per worker, default 4). `start triggerer-<n>` (n >= 2) runs one more triggerer beside
+# (task slots per worker, default 4), MLFLOW_WORKERS (the MLflow server's uvicorn workers, default 1:
+# one process serves requests on threads; each more worker is one more ~200 MB process). `start triggerer-<n>` (n >= 2) runs one more triggerer beside
 # `triggerer`, serving its logs on TRIGGERER_LOG_PORT + n - 1 (default: the triggerer's port + n - 1).
 # STACK_OWNER_PID (the tests set it): every service goes when that process ends, however it ends; a
 # watchdog (tests/watchdog.py, service `watchdog`) started with the first service stops them all.
@@ -157,7 +158,7 @@ start() {
     # nothing here submits such jobs.
     UVICORN_TIMEOUT_WORKER_HEALTHCHECK="${UVICORN_TIMEOUT_WORKER_HEALTHCHECK:-60}" \
     MLFLOW_SERVER_ENABLE_JOB_EXECUTION="${MLFLOW_SERVER_ENABLE_JOB_EXECUTION:-false}" \
-    setsid mlflow server --host 127.0.0.1 --port "$MLFLOW_PORT" --workers 2 \
+    setsid mlflow server --host 127.0.0.1 --port "$MLFLOW_PORT" --workers "${MLFLOW_WORKERS:-1}" \
       --backend-store-uri "sqlite:///$HOME_DIR/mlflow.db" --default-artifact-root "$HOME_DIR/mlflow-artifacts" \
       >> "$STACK/$service.log" 2>&1 < /dev/null &
   else

@@ -155,8 +155,12 @@ def mlflow_server(workdir: Path) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def mlflow_server_process(workdir: Path, workers: int = 2) -> Iterator[tuple[str, subprocess.Popen]]:
-    """Like ``mlflow_server``, and the server's process (a group leader: signal the group)."""
+def mlflow_server_process(workdir: Path, workers: int = 1) -> Iterator[tuple[str, subprocess.Popen]]:
+    """Like ``mlflow_server``, and the server's process (a group leader: signal the group).
+
+    One uvicorn worker serves concurrent requests on threads (the rank races run against it); with
+    ``workers=1`` uvicorn runs in the server's own child, and each more worker is ~200 MB of PSS.
+    """
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
     cmd = [

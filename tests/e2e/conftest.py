@@ -22,6 +22,7 @@ CHROMIUM = "/usr/bin/chromium"
 FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--renderer-process-limit=1",  # the tests open one page at a time: one renderer, not one per page
 ]  # fmt: skip
 
 

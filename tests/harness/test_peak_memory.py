@@ -38,6 +38,11 @@ def test_the_peak_counts_processes_that_left_the_tree_and_the_exit_status_is_kep
     found = re.search(r"Peak memory of the suite's processes: ([0-9.]+) GiB", run.stdout)
     assert found, run.stdout + run.stderr
     assert float(found.group(1)) >= 0.25, run.stdout
+    # the orphan is named among the largest groups, with its 256 MiB
+    largest = re.search(r"Largest at the peak \(GiB of PSS\): (.*)", run.stdout)
+    assert largest, run.stdout
+    holders = re.findall(r"python[0-9.]* -c x(\d+) ([0-9.]+)", largest.group(1))
+    assert holders and float(holders[0][1]) >= 0.25, run.stdout
 
 
 def test_a_command_that_cannot_start_is_its_own_error() -> None:
