@@ -281,8 +281,12 @@ def test_lineage_tab_of_a_task_instance_selects_its_run(view_stack, view_runs, b
     selected = frame.locator("g.run.selected")
     assert selected.count() == 1 and selected.get_attribute("data-run") == h["train1"]
     page.screenshot(path=SHOTS / "lineage-2-task-instance-tab.png")
+    # as a user gets there: the task instance's page, then its tab (the frame then draws at once;
+    # opened by its URL in a fresh page, it was at times pictured before it drew)
     docs = _login(browser, stack, "admin", DOCS_WINDOW)
-    docs.goto(page.url)
+    docs.goto(f"{stack.url}/dags/tx_view_pipeline/runs/{pipeline}/tasks/train/mapped/1")
+    docs.get_by_role("link", name="TorchX lineage").last.click()
+    docs.wait_for_url(re.compile(r"/plugin/torchx-lineage-task$"))
     docs.frame_locator("iframe").first.locator("g.run.selected").wait_for(state="visible", timeout=60000)
     DOCS_SHOTS.mkdir(parents=True, exist_ok=True)
     _tab_screenshot(docs, DOCS_SHOTS / "ui-task-instance-tab.png")
