@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Run the example pipeline end to end on TorchX's local_cwd scheduler, show what the jobs did, and
 # print the lineage graph of its last app (evaluate) from the tracker store Airflow configured.
+# DEMO_DAG picks another example DAG, DEMO_CONF (JSON) sets its params (the README's test uses both).
 set -euo pipefail
 log="$AIRFLOW_HOME/demo.log"
 dag="${DEMO_DAG:-torchx_pipeline}"
 echo "Running DAG $dag with 'airflow dags test' (full log: $log)..."
 status=0
-airflow dags test "$dag" > "$log" 2>&1 || status=$?
+airflow dags test "$dag" ${DEMO_CONF:+--conf "$DEMO_CONF"} > "$log" 2>&1 || status=$?
 # The interesting lines: each app's handle and parents, its output ([role/replica] lines, with torchrun's
 # [rank]: prefix in the DDP train apps: both ranks, the loss per epoch), its final state.
 job_lines='\] \[[A-Za-z0-9_-]+/[0-9]+\] (\[[0-9]+\]:)?(rank|epoch|model|wrote|lr=|best|hello)'

@@ -8,7 +8,9 @@ page and of a task instance page show the graph; the JSON endpoint answers the s
 Access: the stack runs SimpleAuthManager in multi-team mode (the only way it restricts a role to
 some DAGs): the DAG bundle belongs to team ``research``; ``ana`` is a viewer in ``research``, ``bob`` a viewer
 in ``finance``, so bob cannot read the DAG and gets 403 from the view, as from Airflow's own API.
-Screenshots go to test-artifacts/ui/ for a person to look at.
+Screenshots go to test-artifacts/ui/ for a person to look at; those of test-artifacts/ui/docs/ are
+the UI walkthrough's (docs/ui-walkthrough.md): a window the width of the docs' column at twice the
+pixels, so the text stays readable there. After a change to the view, copy them to docs/images/.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ from tests.stack import AirflowStack
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 REPO = Path(__file__).resolve().parents[2]
 SHOTS = REPO / "test-artifacts" / "ui"
+DOCS_SHOTS = SHOTS / "docs"
+# the docs' column is about 760 CSS pixels wide: pictures cut to about that, drawn at twice the pixels
+DOCS_WINDOW = {"viewport": {"width": 1280, "height": 860}, "device_scale_factor": 2}
 BUNDLE = {
     "name": "dags-folder",
     "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
@@ -117,8 +122,8 @@ def _get(stack, path: str, user: str) -> tuple[int, str]:
         return e.code, e.read().decode()
 
 
-def _login(browser, stack, user: str):
-    page = browser.new_page(viewport={"width": 1500, "height": 950})
+def _login(browser, stack, user: str, window: dict | None = None):
+    page = browser.new_page(**(window or {"viewport": {"width": 1500, "height": 950}}))
     page.goto(stack.url)
     page.get_by_label("Username").fill(user)
     page.get_by_label("Password").fill(_password(stack, user))
@@ -195,6 +200,68 @@ def test_lineage_tab_of_the_dag_run_page(view_stack, view_runs, browser):
         and "more beyond this depth" in view.locator(".stats").first.inner_text()
     )
     view.screenshot(path=SHOTS / "lineage-4-depth-1.png", full_page=True)
+    _docs_screenshots(browser, stack, pipeline, finetune)
+
+
+def _docs_screenshots(browser, stack, pipeline: str, finetune: str) -> None:
+    """The walkthrough's pictures: the DAG run page with the tab open, cut to the tab; then the view
+    in two halves narrow enough for the docs' column (this DAG run's runs; evaluate and the finetune
+    run of the other DAG), and the first half with a run hovered."""
+    DOCS_SHOTS.mkdir(parents=True, exist_ok=True)
+    h = _handles(stack, pipeline)
+    page = _login(browser, stack, "admin", DOCS_WINDOW)
+    page.goto(f"{stack.url}/dags/tx_view_pipeline/runs/{pipeline}")
+    tab = page.get_by_role("link", name="TorchX lineage").first
+    tab.click()
+    page.wait_for_url(re.compile(r"/plugin/torchx-lineage$"))
+    page.frame_locator("iframe").first.locator("g.run").first.wait_for(state="visible", timeout=60000)
+    _tab_screenshot(page, DOCS_SHOTS / "ui-dag-run-tab.png")
+
+    # wide enough for the whole graph (its frame scrolls, a picture would cut it); each picture is cut
+    view = _login(browser, stack, "admin", {**DOCS_WINDOW, "viewport": {"width": 1700, "height": 860}})
+    view.goto(f"{stack.url}/torchx/lineage/tx_view_pipeline/{urllib.parse.quote(pipeline, safe='')}")
+    view.locator("svg.lineage").wait_for()
+
+    def cards(*handles: str) -> dict[str, float]:
+        boxes = [view.locator(f'g.run[data-run="{handle}"]').bounding_box() for handle in handles]
+        assert all(boxes)
+        return {
+            "left": min(b["x"] for b in boxes) - 16,
+            "top": min(b["y"] for b in boxes) - 24,
+            "right": max(b["x"] + b["width"] for b in boxes) + 16,
+            "bottom": max(b["y"] + b["height"] for b in boxes) + 64,  # the artifacts under them
+        }
+
+    first = cards(h["prepare"], h["train0"], h["train1"])
+    header = view.get_by_role("link", name="JSON").first.bounding_box()  # the header's last item
+    assert header
+    # with the header: title, depth, totals, legend
+    clip = _clip(0, 0, max(first["right"], header["x"] + header["width"] + 24), first["bottom"])
+    view.screenshot(path=DOCS_SHOTS / "ui-lineage-graph.png", full_page=True, clip=clip)
+    second = cards(h["evaluate"], _tuned(stack, finetune))
+    view.screenshot(
+        path=DOCS_SHOTS / "ui-lineage-other-dag.png",
+        full_page=True,
+        clip=_clip(
+            second["left"], second["top"], second["right"] - second["left"], second["bottom"] - second["top"]
+        ),
+    )
+    view.locator(f'g.run[data-run="{h["train0"]}"]').hover()
+    view.screenshot(path=DOCS_SHOTS / "ui-lineage-hover.png", full_page=True, clip=clip)
+
+
+def _tab_screenshot(page, path: Path) -> None:
+    """The page cut to the tab: its row of tabs and the frame the plugin's view is drawn in."""
+    frame = page.locator("iframe").first.bounding_box()
+    tab = page.get_by_role("link", name="TorchX lineage").last.bounding_box()
+    assert frame and tab
+    left, top = frame["x"] - 12, tab["y"] - 12  # from the row of tabs (it wraps in a narrow window)
+    bottom = min(frame["y"] + frame["height"], DOCS_WINDOW["viewport"]["height"])
+    page.screenshot(path=path, clip=_clip(left, top, DOCS_WINDOW["viewport"]["width"] - left, bottom - top))
+
+
+def _clip(x: float, y: float, width: float, height: float) -> dict[str, float]:
+    return {"x": max(x, 0), "y": max(y, 0), "width": width, "height": height}
 
 
 def _tuned(stack, finetune: str) -> str:
@@ -214,6 +281,15 @@ def test_lineage_tab_of_a_task_instance_selects_its_run(view_stack, view_runs, b
     selected = frame.locator("g.run.selected")
     assert selected.count() == 1 and selected.get_attribute("data-run") == h["train1"]
     page.screenshot(path=SHOTS / "lineage-2-task-instance-tab.png")
+    # as a user gets there: the task instance's page, then its tab (the frame then draws at once;
+    # opened by its URL in a fresh page, it was at times pictured before it drew)
+    docs = _login(browser, stack, "admin", DOCS_WINDOW)
+    docs.goto(f"{stack.url}/dags/tx_view_pipeline/runs/{pipeline}/tasks/train/mapped/1")
+    docs.get_by_role("link", name="TorchX lineage").last.click()
+    docs.wait_for_url(re.compile(r"/plugin/torchx-lineage-task$"))
+    docs.frame_locator("iframe").first.locator("g.run.selected").wait_for(state="visible", timeout=60000)
+    DOCS_SHOTS.mkdir(parents=True, exist_ok=True)
+    _tab_screenshot(docs, DOCS_SHOTS / "ui-task-instance-tab.png")
 
 
 def test_a_user_who_cannot_read_the_dag_cannot_read_its_lineage(view_stack, view_runs, browser):
