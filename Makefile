@@ -115,7 +115,7 @@ k8s-down:
 # The linters are pinned in pyproject.toml's `lint` extra (also what .pre-commit-config.yaml runs);
 # mypy reads the installed Airflow and TorchX, so it runs in the full environment.
 LINT_STAMP = $(VENV)/.installed-lint
-LINT_PATHS = torchx_airflow tracker dags tests bench
+LINT_PATHS = torchx_airflow tracker dags tests bench scripts
 $(LINT_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[lint]'
 	touch $@

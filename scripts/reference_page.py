@@ -191,7 +191,7 @@ def operator_parameters(cls: type) -> list[tuple[str, str, str]]:
     """``(name, default, text)`` of each keyword parameter ``cls.__init__`` adds to its base's."""
     docs = param_docs(cls)
     rows = []
-    for parameter in inspect.signature(cls.__init__).parameters.values():
+    for parameter in inspect.signature(cls.__init__).parameters.values():  # type: ignore[misc]
         if parameter.name == "self" or parameter.kind is inspect.Parameter.VAR_KEYWORD:
             continue
         rows.append((parameter.name, _default(parameter), docs.get(parameter.name, "")))
