@@ -160,8 +160,10 @@ def test_cancel_ends_the_pods_process(hook):
     pids = wait_until(lambda: _pids_with(marker), "the pod's process", timeout=30)
     hook.cancel(handle)
     wait_until(lambda: not any(_alive(pid) for pid in pids), "the pod's process ended", timeout=30)
-    status = hook.status(handle)  # TorchX 0.7 deletes the job; TorchX main aborts it
-    assert status is None or status.state.name == "CANCELLED"
+    # aborted, not deleted (TorchX 0.7's own cancel): the job is still there, and CANCELLED
+    status = hook.status(handle)
+    assert status is not None and status.state.name == "CANCELLED", status
+    assert status.msg == f"Aborted (Aborted: {k8s_support.ABORT_MESSAGE})"
 
 
 def _pids_with(text: str) -> list[int]:
