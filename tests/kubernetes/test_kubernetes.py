@@ -329,3 +329,11 @@ def test_the_connections_token_is_the_identity(monkeypatch, tmp_path, conn_token
             assert token("nobody") not in str(refused.value)
     finally:
         hook.close()
+
+
+def test_the_job_knows_itself_by_the_app_handle_the_task_records(hook):
+    # TorchX gives the job kubernetes://torchx/<name>, the handle is .../<namespace>:<name>: what the
+    # job records through AppRun (checkpoints, artifacts) must land under the task's run
+    handle = _submit(hook, "import os; print('job id', os.environ['TORCHX_JOB_ID'], flush=True)")
+    wait_until(lambda: (s := hook.status(handle)) is not None and s.is_terminal(), "ended", timeout=60)
+    assert f"job id {handle}" in "".join(hook.log_lines(handle, "worker", 0, should_tail=False))

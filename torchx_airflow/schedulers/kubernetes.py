@@ -173,6 +173,11 @@ def job_reason(msg: str) -> str:
     return detail.rstrip(")").split(":", 1)[0].strip()
 
 
+def _field(obj: Any, name: str) -> Any:
+    """``obj[name]`` of a dict, ``obj.name`` of a Kubernetes client model; None for None."""
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
 class KubernetesSupport(SchedulerSupport):
     """TorchX's ``kubernetes`` scheduler (Volcano Jobs) through the Kubernetes API."""
 
@@ -206,9 +211,26 @@ class KubernetesSupport(SchedulerSupport):
         resource = dryrun_info.request.resource
         resource.setdefault("metadata", {}).setdefault("labels", {})[MANAGED_LABEL] = "true"
         namespace = self._namespace(dryrun_info)
+        self._job_id_with_namespace(resource, namespace)
         self.check_crd()
         self.check_access(namespace)
         self.check_queue(str(resource["spec"].get("queue") or ""))
+
+    def _job_id_with_namespace(self, resource: dict[str, Any], namespace: str) -> None:
+        """The job's ``TORCHX_JOB_ID`` made the app handle TorchX returns (``.../<namespace>:<name>``):
+        TorchX writes ``.../<name>``, so whatever the job records through ``AppRun`` (artifacts,
+        checkpoints, metrics) would land under another run than the task's lineage."""
+        name = resource["metadata"]["name"]
+        job_only, handle = self.handle(name), self.handle(f"{namespace}:{name}")
+        for task in resource["spec"].get("tasks") or []:
+            spec = _field(task.get("template"), "spec")  # TorchX's V1Pod, or its dict once serialized
+            for container in _field(spec, "containers") or []:
+                for var in _field(container, "env") or []:
+                    if _field(var, "name") == "TORCHX_JOB_ID" and _field(var, "value") == job_only:
+                        if isinstance(var, dict):
+                            var["value"] = handle
+                        else:
+                            var.value = handle
 
     def check_crd(self) -> None:
         """Raise when the API server does not serve Volcano's Job resource."""
