@@ -76,6 +76,19 @@ def test_operator_runs_a_two_replica_app_with_every_replicas_output_in_the_task_
     assert secret not in result.stored_text()
 
 
+def test_a_deferred_task_waits_in_airflow_dags_test_and_shows_both_replicas_output(run_dag):
+    # the trigger once failed at its first answer here ('NoneType' object has no attribute 'cursor')
+    result = run_dag(
+        "k8s_deferred", conf={"seconds": 3}, env={"AIRFLOW_CONN_TORCHX_K8S": K8S_CONN}, dags_folder=DAGS
+    )
+    assert result.returncode == 0, result.output[-4000:]
+    assert result.states == {"run": "success"}, result.output[-4000:]
+    handle = result.xcom("run", "app_handle")
+    assert f"Waiting for TorchX app {handle} in the triggerer" in result.output
+    for replica in (0, 1):  # read through the scheduler when the task resumes, once each
+        assert result.output.count(f"[counter/{replica}]") >= 3 and "line 3/3" in result.output
+
+
 WAITS = 200
 
 
