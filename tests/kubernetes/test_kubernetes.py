@@ -3,6 +3,7 @@ a real API server, etcd, Volcano's CRDs and RBAC; Volcano's controller and the k
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Iterator
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.kubernetes.conftest import K8S_CONN, STATE, k8s_conn, token
+from tests.kubernetes.conftest import CFG, K8S_CONN, STATE, k8s_conn, token
 from tests.polling import wait_until
 from torchx_airflow.apps import AppHandle
 from torchx_airflow.exceptions import TorchXConfigError
@@ -350,3 +351,20 @@ def test_the_job_knows_itself_by_the_app_handle_the_task_records(hook):
     handle = _submit(hook, "import os; print('job id', os.environ['TORCHX_JOB_ID'], flush=True)")
     wait_until(lambda: (s := hook.status(handle)) is not None and s.is_terminal(), "ended", timeout=60)
     assert f"job id {handle}" in "".join(hook.log_lines(handle, "worker", 0, should_tail=False))
+
+
+def test_the_connections_kubeconfig_field_wins_over_kubeconfig_in_the_environment(monkeypatch, tmp_path):
+    conn = {"conn_type": "torchx", "extra": {"scheduler": "kubernetes", **CFG}}
+    monkeypatch.setenv("KUBECONFIG", _kubeconfig_for(tmp_path, "nobody"))  # no rights
+    for kubeconfig, allowed in ((_kubeconfig_for(tmp_path, "worker"), True), (str(tmp_path / "none"), False)):
+        conn["extra"]["kubeconfig"] = kubeconfig
+        monkeypatch.setenv("AIRFLOW_CONN_TORCHX_K8S", json.dumps(conn))
+        hook = TorchXHook("torchx_k8s")
+        try:
+            if allowed:  # namespace and queue came from their own fields, not cfg
+                assert _submit(hook, "print(1)").startswith("kubernetes://torchx/default:")
+            else:
+                with pytest.raises(TorchXConfigError, match=r"kubeconfig '.*none' does not exist"):
+                    _submit(hook, "print(1)")
+        finally:
+            hook.close()
