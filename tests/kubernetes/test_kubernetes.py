@@ -368,3 +368,23 @@ def test_the_connections_kubeconfig_field_wins_over_kubeconfig_in_the_environmen
                     _submit(hook, "print(1)")
         finally:
             hook.close()
+
+
+@pytest.mark.parametrize("validate", [True, False])
+def test_a_dry_run_validates_the_job_on_the_api_server_only_when_asked(hook, validate):
+    """TorchX main's ``validate_spec`` (on by default) sends the job to the API server with
+    ``dryRun=All``, which refuses a task name over 63 characters; off, the dry run stays offline.
+    TorchX 0.7 has no such option: the provider refuses it, naming the valid ones."""
+    import torchx
+
+    app = _app("print(1)")
+    app.roles[0].name = "r" * 70
+    cfg = {**CFG, "validate_spec": validate}
+    if torchx.__version__.startswith("0.7"):
+        with pytest.raises(TorchXConfigError, match=r"Unknown run option\(s\) \['validate_spec'\]"):
+            hook.dryrun(app, cfg=cfg)
+    elif validate:
+        with pytest.raises(Exception, match="Invalid job spec: Unprocessable Entity"):
+            hook.dryrun(app, cfg=cfg)
+    else:
+        assert hook.dryrun(app, cfg=cfg).info.request is not None
