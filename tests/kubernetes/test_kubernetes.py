@@ -151,10 +151,12 @@ def test_200_deferred_waits_are_answered_by_one_list_call_per_interval(hook, mon
     events, steady = asyncio.run(main())
     jobs_list = ("GET", "apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs")
     unknown_read = ("GET", "apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs/no-such-job")
-    # per interval: one list for the 200, and one read of the job no list has (it may be one
-    # submitted otherwise); nothing else, never TorchX's describe of each app
+    # per poll: one list for the 200, and one read of the job no list has (it may be one submitted
+    # otherwise); nothing else, never TorchX's describe of each app. A list of 200 jobs takes over
+    # a second on a loaded machine: one to three polls in the three seconds, 200 waits or not
     assert set(steady) <= {jobs_list, unknown_read}, steady
-    assert 2 <= steady.count(jobs_list) <= 4, steady
+    assert 1 <= steady.count(jobs_list) <= 4, steady
+    assert steady.count(unknown_read) <= steady.count(jobs_list) + 1, steady
     assert [e["state"] for e in events[:-1]] == ["SUCCEEDED"] * WAITS
     assert events[-1]["status"] == "not_found"
 
