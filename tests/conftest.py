@@ -64,7 +64,7 @@ DIRECTORY_MARKERS = {
 # The tests of these directories start Airflow stacks (tests/stack.py) in module or session fixtures,
 # whose start counts against the first test's timeout: each gets this much more than its own. It is
 # the bound AirflowStack.up() gives `airflow-stack.sh up`.
-STACK_DIRECTORIES = ("slurm", "e2e")
+STACK_DIRECTORIES = ("slurm", "e2e", "kubernetes")
 STACK_START_SECONDS = 300
 
 

@@ -114,6 +114,33 @@ def get_provider_info() -> dict[str, Any]:
                         "description": "Directory (or URL prefix) a resubmitted job may resume from (empty: "
                         "[torchx] checkpoint_root, else the directories the task's arguments name)",
                     },
+                    # Kubernetes (settings.kubernetes_fields): the four run options fill cfg
+                    "namespace": {
+                        "label": "Namespace (kubernetes)",
+                        "schema": _STRING,
+                        "description": "Kubernetes namespace of the Volcano Jobs (empty: cfg, else default)",
+                    },
+                    "queue": {
+                        "label": "Volcano queue (kubernetes)",
+                        "schema": _STRING,
+                        "description": "Volcano queue the jobs are submitted to (checked before submitting)",
+                    },
+                    "service_account": {
+                        "label": "Service account of the jobs (kubernetes)",
+                        "schema": _STRING,
+                        "description": "Service account of the jobs' pods (empty: the namespace's default)",
+                    },
+                    "priority_class": {
+                        "label": "Priority class (kubernetes)",
+                        "schema": _STRING,
+                        "description": "PriorityClass of the jobs' pods (empty: none)",
+                    },
+                    "kubeconfig": {
+                        "label": "Kubeconfig (kubernetes)",
+                        "schema": _STRING,
+                        "description": "Path of the kubeconfig the worker and triggerer use, or in-cluster "
+                        "(the pod's service account); empty: KUBECONFIG, ~/.kube/config, else in-cluster",
+                    },
                 },
                 # host and password reach the scheduler's API (SchedulerCredentials): Kubernetes only
                 "ui-field-behaviour": {

@@ -6,6 +6,8 @@
 #                                   the last line printed is `export KUBECONFIG=<path>`
 #   scripts/k8s/cluster.sh down     stop them again
 #   scripts/k8s/cluster.sh status   exit 0 when the API server answers and the stand-in runs
+#   scripts/k8s/cluster.sh stop-apiserver | start-apiserver
+#                                   the API server alone (an outage: etcd and the stand-in go on)
 #
 # Real: kube-apiserver (Debian bookworm's kubernetes 1.20 source, scripts/k8s/build-apiserver.sh),
 # etcd (Debian's etcd-server), the CRDs' schema validation, token authentication, RBAC
@@ -140,6 +142,21 @@ wait_for() {  # wait_for SECONDS WHAT CMD...
   return 1
 }
 
+start_apiserver() {
+  # --endpoint-reconciler-type=none: no `kubernetes` service endpoint to keep (no kube-proxy here);
+  # ServiceAccount admission is off: without kube-controller-manager no token secrets are made.
+  start apiserver "$APISERVER" --bind-address=127.0.0.1 --advertise-address=127.0.0.1 \
+    --secure-port="$PORT" --insecure-port=0 --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+    --token-auth-file="$STATE/tokens.csv" --authorization-mode=RBAC \
+    --tls-cert-file="$STATE/pki/server.crt" --tls-private-key-file="$STATE/pki/server.key" \
+    --service-account-key-file="$STATE/pki/sa.pub" --service-account-signing-key-file="$STATE/pki/sa.key" \
+    --service-account-issuer=https://kubernetes.default.svc --api-audiences=https://kubernetes.default.svc \
+    --service-cluster-ip-range=10.96.0.0/16 --endpoint-reconciler-type=none \
+    --disable-admission-plugins=ServiceAccount --kubelet-preferred-address-types=InternalIP \
+    --allow-privileged=true
+  wait_for 90 "kube-apiserver" api_ready
+}
+
 up() {
   if status; then
     say "already up"
@@ -160,18 +177,7 @@ up() {
     --initial-cluster "torchx-airflow-test=http://127.0.0.1:$((ETCD_PORT + 1))"
   wait_for 30 etcd "$PY" -c "import urllib.request as r; r.urlopen('http://127.0.0.1:$ETCD_PORT/health', timeout=2)" \
     2> /dev/null
-  # --endpoint-reconciler-type=none: no `kubernetes` service endpoint to keep (no kube-proxy here);
-  # ServiceAccount admission is off: without kube-controller-manager no token secrets are made.
-  start apiserver "$APISERVER" --bind-address=127.0.0.1 --advertise-address=127.0.0.1 \
-    --secure-port="$PORT" --insecure-port=0 --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
-    --token-auth-file="$STATE/tokens.csv" --authorization-mode=RBAC \
-    --tls-cert-file="$STATE/pki/server.crt" --tls-private-key-file="$STATE/pki/server.key" \
-    --service-account-key-file="$STATE/pki/sa.pub" --service-account-signing-key-file="$STATE/pki/sa.key" \
-    --service-account-issuer=https://kubernetes.default.svc --api-audiences=https://kubernetes.default.svc \
-    --service-cluster-ip-range=10.96.0.0/16 --endpoint-reconciler-type=none \
-    --disable-admission-plugins=ServiceAccount --kubelet-preferred-address-types=InternalIP \
-    --allow-privileged=true
-  wait_for 90 "kube-apiserver" api_ready
+  start_apiserver
   # RBAC's bootstrap roles are written a moment after /readyz
   wait_for 30 "RBAC bootstrap" kubectl_ get clusterrole system:basic-user -o name > /dev/null 2>&1
   kubectl_ apply -f "$HERE/crds.yaml" > /dev/null 2>&1 || {
@@ -205,6 +211,9 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   status) status ;;
+  # the API server alone, for tests of an outage: etcd, the stand-in and its pods go on meanwhile
+  stop-apiserver) stop apiserver ;;
+  start-apiserver) running apiserver || start_apiserver ;;
   install) install ;;
-  *) echo "usage: $0 up|down|status|install" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|install|stop-apiserver|start-apiserver" >&2; exit 2 ;;
 esac

@@ -275,7 +275,8 @@ class TorchXHook(BaseHook):
         return self._supports[scheduler]
 
     def _credentials(self) -> SchedulerCredentials:
-        """The connection's host and password (a bearer token for the scheduler's API, masked at once)."""
+        """The connection's host, password (a bearer token for the scheduler's API, masked at once) and
+        Kubernetes kubeconfig."""
         from airflow.sdk.exceptions import AirflowNotFoundException
 
         from torchx_airflow.schedulers import SchedulerCredentials
@@ -287,7 +288,8 @@ class TorchXHook(BaseHook):
             return SchedulerCredentials()
         if conn.password:
             mask_secret(conn.password)
-        return SchedulerCredentials(conn.host or None, conn.password or None)
+        kubeconfig = self.settings.kubeconfig if conn.conn_type == self.conn_type else None
+        return SchedulerCredentials(conn.host or None, conn.password or None, kubeconfig)
 
     @cached_property
     def _supports(self) -> dict[str, SchedulerSupport]:
@@ -442,7 +444,8 @@ class TorchXHook(BaseHook):
         status = self.status(handle)
         if status is None or status.is_terminal():
             return
-        self._call(lambda: self.runner.cancel(handle))
+        parsed = AppHandle.parse(handle)
+        self._call(lambda: self.support(parsed.scheduler).cancel(parsed.app_id))
 
     def log_streams(self, app_handle: str) -> tuple[str | None, ...]:
         """The log streams to follow per replica: Slurm keeps stdout and stderr apart, others combine."""

@@ -17,10 +17,12 @@ if TYPE_CHECKING:
 class SchedulerCredentials:
     """What a connection says about reaching a scheduler's API beside its run options: ``host`` (the
     API's address, such as a Kubernetes API server's URL) and ``token`` (a bearer token, kept out of
-    ``repr``; the hook masks it before anything can print it). Both optional."""
+    ``repr``; the hook masks it before anything can print it), ``kubeconfig`` (a Kubernetes client's
+    kubeconfig file, or ``in-cluster``). All optional."""
 
     host: str | None = None
     token: str | None = field(default=None, repr=False)
+    kubeconfig: str | None = None
 
 
 class SchedulerSupport:
@@ -106,6 +108,10 @@ class SchedulerSupport:
         if app_id not in answer:
             raise LookupError(f"Scheduler {self.name!r} gave no status for app {app_id!r}; asking again.")
         return answer[app_id]
+
+    def cancel(self, app_id: str) -> None:
+        """Cancel a running app: TorchX's own cancel unless the scheduler's module knows better."""
+        self.runner.cancel(self.handle(app_id))
 
     def log_streams(self) -> tuple[str | None, ...]:
         """The log streams of each replica: ``(None,)`` when the scheduler combines them."""

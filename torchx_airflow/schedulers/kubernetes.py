@@ -10,6 +10,8 @@ asks for one app at a time (``describe`` reads the job's status subresource). He
   names the fix instead of a job left half-submitted or a wait that can never read its status;
 - ``statuses`` lists the labelled jobs of each namespace once (``label_selector``) for all apps
   of that namespace; a job without the label (submitted otherwise) is read alone;
+- ``cancel`` aborts the job (status phase ``Aborted``) on every TorchX version: TorchX 0.7's own
+  cancel deletes it, which would leave its state unknown;
 - ``stamp`` adds the label ``torchx-airflow/submission=<token>`` that ``find_submission`` lists by;
 - a job that Volcano ended because a pod was evicted, preempted or lost with its node
   (``status.state.reason``) ended for the infrastructure's reasons: the task resubmits it
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.exceptions import TorchXConfigError
 from torchx_airflow.schedulers.base import SchedulerCredentials, SchedulerSupport
+from torchx_airflow.settings.kubernetes_fields import IN_CLUSTER
 
 if TYPE_CHECKING:
     import threading
@@ -48,6 +51,7 @@ MANAGED_LABEL = "torchx-airflow/managed"
 #: The label that carries a submission's mark (``stamp``), found again by ``find_submission``.
 SUBMISSION_LABEL = "torchx-airflow/submission"
 LIST_TIMEOUT_SECONDS = 30
+ABORT_MESSAGE = "cancelled through torchx-airflow"
 
 # Volcano's job phases -> TorchX AppState names (as TorchX's own JOB_STATE, with "Failed" an app state)
 JOB_PHASES: dict[str, str] = {
@@ -85,7 +89,7 @@ REQUIRED_ACCESS: tuple[tuple[str, str, str, str, str], ...] = (
     ("create", GROUP, PLURAL, "", "submit"),
     ("list", GROUP, PLURAL, "", "wait (one list call per namespace)"),
     ("get", GROUP, PLURAL, "status", "read an app's status"),
-    ("delete", GROUP, PLURAL, "", "cancel"),
+    ("patch", GROUP, PLURAL, "status", "cancel (abort)"),
     ("get", "", "pods", "log", "read the replicas' logs"),
 )
 RBAC_FIX = (
@@ -102,18 +106,27 @@ def split_app_id(app_id: str) -> tuple[str, str] | None:
 
 
 def new_api_client(credentials: SchedulerCredentials | None = None) -> ApiClient:
-    """A Kubernetes client from ``KUBECONFIG`` (as set now; ``~/.kube/config`` without it), else from
-    the service account of the pod this runs in; a connection's ``host`` replaces the API server's
-    address and its ``token`` the kubeconfig's user credentials."""
+    """A Kubernetes client from the connection's ``kubeconfig`` (a path, or ``in-cluster``: the
+    service account of the pod this runs in), else from ``KUBECONFIG`` (as set now; ``~/.kube/config``
+    without it), else from the pod's service account; a connection's ``host`` replaces the API
+    server's address and its ``token`` the kubeconfig's user credentials."""
     import os
 
     from kubernetes import client, config
 
     credentials = credentials or SchedulerCredentials()
     configuration = client.Configuration()
-    path = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-    has_kubeconfig = any(os.path.exists(p) for p in path.split(os.pathsep))
-    if not has_kubeconfig and os.environ.get("KUBERNETES_SERVICE_HOST"):
+    in_cluster = credentials.kubeconfig == IN_CLUSTER
+    path = os.path.expanduser(
+        credentials.kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+    )
+    has_kubeconfig = not in_cluster and any(os.path.exists(p) for p in path.split(os.pathsep))
+    if credentials.kubeconfig and not in_cluster and not has_kubeconfig:
+        raise TorchXConfigError(
+            f"The torchx connection's kubeconfig {credentials.kubeconfig!r} does not exist. Set extra "
+            "'kubeconfig' to a kubeconfig file the worker and triggerer can read, or to 'in-cluster'."
+        )
+    if in_cluster or (not has_kubeconfig and os.environ.get("KUBERNETES_SERVICE_HOST")):
         config.load_incluster_config(client_configuration=configuration)
     elif has_kubeconfig or not (credentials.host and credentials.token):
         config.load_kube_config(config_file=path, client_configuration=configuration)
@@ -160,6 +173,11 @@ def job_reason(msg: str) -> str:
     return detail.rstrip(")").split(":", 1)[0].strip()
 
 
+def _field(obj: Any, name: str) -> Any:
+    """``obj[name]`` of a dict, ``obj.name`` of a Kubernetes client model; None for None."""
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
 class KubernetesSupport(SchedulerSupport):
     """TorchX's ``kubernetes`` scheduler (Volcano Jobs) through the Kubernetes API."""
 
@@ -193,9 +211,26 @@ class KubernetesSupport(SchedulerSupport):
         resource = dryrun_info.request.resource
         resource.setdefault("metadata", {}).setdefault("labels", {})[MANAGED_LABEL] = "true"
         namespace = self._namespace(dryrun_info)
+        self._job_id_with_namespace(resource, namespace)
         self.check_crd()
         self.check_access(namespace)
         self.check_queue(str(resource["spec"].get("queue") or ""))
+
+    def _job_id_with_namespace(self, resource: dict[str, Any], namespace: str) -> None:
+        """The job's ``TORCHX_JOB_ID`` made the app handle TorchX returns (``.../<namespace>:<name>``):
+        TorchX writes ``.../<name>``, so whatever the job records through ``AppRun`` (artifacts,
+        checkpoints, metrics) would land under another run than the task's lineage."""
+        name = resource["metadata"]["name"]
+        job_only, handle = self.handle(name), self.handle(f"{namespace}:{name}")
+        for task in resource["spec"].get("tasks") or []:
+            spec = _field(task.get("template"), "spec")  # TorchX's V1Pod, or its dict once serialized
+            for container in _field(spec, "containers") or []:
+                for var in _field(container, "env") or []:
+                    if _field(var, "name") == "TORCHX_JOB_ID" and _field(var, "value") == job_only:
+                        if isinstance(var, dict):
+                            var["value"] = handle
+                        else:
+                            var.value = handle
 
     def check_crd(self) -> None:
         """Raise when the API server does not serve Volcano's Job resource."""
@@ -294,6 +329,21 @@ class KubernetesSupport(SchedulerSupport):
             return
         policies = [p for p in spec.get("policies") or [] if p.get("event") != "PodEvicted"]
         spec["policies"] = [{"event": "PodEvicted", "action": "TerminateJob"}, *policies]
+
+    # --- cancelling -------------------------------------------------------------------------------
+    def cancel(self, app_id: str) -> None:
+        """Abort the job: its status phase ``Aborted``, through the status subresource, as TorchX main
+        does. TorchX 0.7 deletes the job instead, after which nothing can tell a cancelled app from
+        one that never existed (its status is unknown, its pods' logs gone): aborting keeps both, so
+        a cancelled app reads ``CANCELLED`` whichever TorchX runs."""
+        parsed = split_app_id(app_id)
+        if parsed is None:
+            raise ValueError(f"Not a Kubernetes app id (namespace:name): {app_id!r}")
+        namespace, name = parsed
+        body = {"status": {"state": {"phase": "Aborted", "reason": "Aborted", "message": ABORT_MESSAGE}}}
+        self._custom_objects().patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, PLURAL, name, body
+        )
 
     # --- logs -------------------------------------------------------------------------------------
     def log_lines(

@@ -18,7 +18,8 @@ otherwise (default false); ``cache_ttl``: seconds a cache record is used (a task
 30 days); ``cache_scope``: ``dag`` (hits only within a DAG) or ``deployment`` (a task's own wins;
 unset: ``[torchx] cache_scope``, ``dag``). ``checkpoint_root``: the directory (or URL prefix) a
 resubmitted job may resume from (a task's own wins; unset: ``[torchx] checkpoint_root``, else the
-task's output root).
+task's output root). ``namespace``, ``queue``, ``service_account``, ``priority_class`` and
+``kubeconfig``: the Kubernetes form fields (``settings.kubernetes_fields``).
 
 Also the parsers other connection types share: a JSON-object extra, the list of known extra keys.
 """
@@ -34,6 +35,7 @@ from torchx_airflow.exceptions import TorchXConnectionError
 from torchx_airflow.schedulers.env import parse_env_passthrough
 from torchx_airflow.settings import checks
 from torchx_airflow.settings.extras import check_extra_keys, parse_bool, parse_json_object
+from torchx_airflow.settings.kubernetes_fields import CFG_FIELDS, parse_kubernetes_fields
 from torchx_airflow.settings.prices import PriceTable
 
 DEFAULT_SCHEDULER = "local_cwd"
@@ -55,6 +57,12 @@ class TorchXConnectionSettings:
     cache_ttl: float | None = None
     cache_scope: str | None = None
     checkpoint_root: str | None = None
+    #: the Kubernetes form fields (``settings.kubernetes_fields``): the four run options are in ``cfg``
+    namespace: str | None = None
+    queue: str | None = None
+    service_account: str | None = None
+    priority_class: str | None = None
+    kubeconfig: str | None = None
 
     @classmethod
     def from_extra(cls, conn_id: str, extra: Mapping[str, Any]) -> TorchXConnectionSettings:
@@ -73,9 +81,14 @@ class TorchXConnectionSettings:
                 f"'local_cwd' or 'slurm', got {scheduler!r}. Write it as a JSON string, "
                 'e.g. {"scheduler": "slurm"}.'
             )
+        scheduler = (scheduler or "").strip() or DEFAULT_SCHEDULER
+        cfg = parse_json_object(conn_id, "cfg", get("cfg"), '{"partition": "gpu", "time": "01:00:00"}')
+        cfg, kubeconfig = parse_kubernetes_fields(conn_id, scheduler, cfg, get)
         return cls(
-            scheduler=(scheduler or "").strip() or DEFAULT_SCHEDULER,
-            cfg=parse_json_object(conn_id, "cfg", get("cfg"), '{"partition": "gpu", "time": "01:00:00"}'),
+            scheduler=scheduler,
+            cfg=cfg,
+            **{name: cfg.get(name) for name in CFG_FIELDS},
+            kubeconfig=kubeconfig,
             trackers=_parse_trackers(conn_id, get("trackers")),
             env_passthrough=parse_env_passthrough(conn_id, get("env_passthrough")),
             outage_timeout=_checked(

@@ -194,6 +194,8 @@ class TorchXAppTrigger(BaseTrigger):
 
         for prefix, line in lines:
             self.log.info("%s %s", prefix, redact_text(line))
+        if self._follower is None:  # logs read through the scheduler (Kubernetes): when the task resumes
+            return
         self.log_cursor = dict(self._follower.cursor)
         self.log_offsets = dict(self._follower.offsets)
 

@@ -228,3 +228,18 @@ def test_outage_timeout_defaults_to_the_torchx_config_section(monkeypatch):
     monkeypatch.setenv("AIRFLOW__TORCHX__OUTAGE_TIMEOUT", "1234")
     assert resolve_outage_timeout(None, None) == 1234.0
     assert resolve_outage_timeout(None, 99) == 99.0 and resolve_outage_timeout(7, 99) == 7.0
+
+
+def test_live_logs_of_a_scheduler_without_log_files_are_left_to_the_resumed_task():
+    """Kubernetes logs come through the scheduler, not files the triggerer reads: the trigger shows
+    none and does not fail (it did, reading the cursor of a follower it never made)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from torchx_airflow.triggers.torchx import TorchXAppTrigger
+
+    trigger = TorchXAppTrigger("kubernetes://torchx/default:job-1", log_replicas={"trainer": 2})
+    support = SimpleNamespace(follows_files=lambda app_id: False)
+    hook = SimpleNamespace(support=lambda scheduler: support)
+    asyncio.run(trigger._show_new_log_lines(hook, final=False))
+    assert trigger.log_replicas is None and trigger.log_cursor == {}
