@@ -19,6 +19,13 @@ from typing import Any
 #: who reads it, what it holds. A test compares the names with those the code spells.
 ENVIRONMENT: tuple[tuple[str, str, str, str], ...] = (
     (
+        "TORCHX_JOB_ID",
+        "TorchX, in every role's env (on Kubernetes the provider rewrites it before submitting)",
+        "TorchX's `AppRun.run_from_env()` in the job: the tracker run the job writes to",
+        "the app handle; on Kubernetes TorchX's own value lacks the namespace, so the provider sets it "
+        "to the handle the task waits on, and what the job records joins the task's lineage",
+    ),
+    (
         "TORCHX_TRACKERS",
         "the task, in every role's env",
         "TorchX's `AppRun.run_from_env()` in the job",
