@@ -3,7 +3,8 @@ checkpoints every epoch and resumes from ``TORCHX_AIRFLOW_RESUME_FROM``) on the 
 preemptible partition ``multi``, with ``retries=0``: a job the cluster ends is resubmitted by the task
 itself, within its ``infrastructure_retries``, never by an Airflow retry.
 
-Connections (the test defines them): ``torchx_multi`` (slurm, partition ``multi``) and ``resub_fs``
+Connections (the test defines them): ``torchx_multi`` (slurm, partition ``multi``; ``torchx_multi_priced``
+the same with a price table) and ``resub_fs``
 (an fsspec tracker store, where the checkpoints are recorded). ``data``, ``out``, ``epochs`` and
 ``epoch_seconds`` come from the run's conf.
 """
@@ -47,6 +48,22 @@ for deferrable in (False, True):
             poll_interval=1,
             retries=0,
         )
+
+# max_cost bounds the attempts of a try together: each job is estimated at 20 (2 CPUs x 10 s at 1 per
+# CPU-second on ``torchx_multi_priced``), under max_cost 30; a first attempt that ran 10 s or more
+# before the cluster ended it leaves no room for a second.
+with _dag("resubmit_train_capped"):
+    TorchXOperator(
+        task_id="train",
+        component="dist.ddp",
+        component_args=TRAIN_ARGS,
+        torchx_conn_id="torchx_multi_priced",
+        tracker_conn_ids=["resub_fs"],
+        max_cost=30.0,
+        expected_duration=10.0,
+        poll_interval=1,
+        retries=0,
+    )
 
 # A job that fails for its own reasons: exit code 1, or its time limit (the cfg's `time`, minutes).
 with _dag("resubmit_user_failure"):

@@ -268,3 +268,32 @@ def test_edges_between_runs_carry_the_artifact_names(pipeline):
         assert [(s.source_run_id, s.artifact_name) for s in store.sources(handles["c"])] == [
             (handles["b"], "out")
         ]
+
+
+def test_a_forged_record_in_either_store_is_a_miss_its_step_runs_again_and_then_hits(pipeline):
+    """A job with the stores' credentials rewrote b's record in the fsspec store and in the MLflow
+    server (a backdoored artifact and a ``javascript:`` link, the signature kept): b runs again
+    (one warning per store), its downstream deploys nothing of the attacker's, and the record b's
+    new run signs hits on the next run."""
+    pipe, first = pipeline
+    key = first.xcom("b")["cache_key"]
+    forged_path = "s3://attacker-bucket/backdoored.pt"
+    stores = (FsspecStore(str(pipe.root)), MlflowStore(pipe.mlflow_uri, "cache"))
+    for store in stores:
+        record = store.cache_records.get(key)
+        record["result"]["artifacts"]["out"]["path"] = forged_path
+        record["result"]["ui_url"] = "javascript:alert(document.domain)"
+        store.cache_records.put(key, record)
+
+    result, ran = pipe.run()
+    assert result.states == {"a": "success", "b": "success", "c": "success"}, result.output[-4000:]
+    assert ran == ["b"]  # the forged record is a miss; c's input (b's output) is as it was
+    assert _hits(result) == {"a": True, "b": False, "c": True}
+    assert result.output.count(f"Cache record {key} in") >= 1 and "ignored (a miss)" in result.output
+    assert forged_path not in json.dumps(result.xcom("b")) and forged_path not in json.dumps(result.xcom("c"))
+    assert "javascript:" not in json.dumps(result.xcom("b"))
+    for store in stores:  # b's run signed a new record in each store
+        assert store.cache_records.get(key)["result"]["artifacts"]["out"]["path"] != forged_path
+
+    again, ran = pipe.run()
+    assert ran == [] and _hits(again) == {"a": True, "b": True, "c": True}

@@ -572,6 +572,79 @@ def _counting_listings(store) -> list[str]:
     return listed
 
 
+def _fill_with_junk(root, count: int) -> None:
+    """What anyone with the store's credentials can put in its root: directories whose names decode
+    as run ids (a long id's included, whose id file a reader would open), directories and files that
+    are no run, and reverse markers named by digest (whose content a reader would open)."""
+    import base64
+    import os
+
+    from torchx_airflow_tracker.store_layout import LONG_ID_PREFIX
+
+    for i in range(count):
+        os.mkdir(root / base64.b32encode(f"junk-{i}".encode()).decode())
+        os.mkdir(root / base64.b32encode(f"{LONG_ID_PREFIX}{i:064d}".encode()).decode())
+        os.mkdir(root / f"junk-dir-{i}")
+        (root / f"junk-file-{i}").write_text("x")
+        (root / f".d._{i:040d}._{i:040d}.N").write_text("{}")
+
+
+def _view_reads(root) -> tuple[Any, list[str], list[str]]:
+    """A view of the child run over the store at ``root``: (the graph, directories listed, files read)."""
+    from torchx_airflow_tracker.fsspec_store import FsspecStore
+
+    from torchx_airflow.plugins.graph import Seed, build_graph
+
+    store = FsspecStore(str(root))
+    listed = _counting_listings(store)
+    read: list[str] = []
+    read_text = store.files.read_text
+
+    def counted(path: str, *args: Any, **kwargs: Any) -> Any:
+        read.append(path)
+        return read_text(path, *args, **kwargs)
+
+    store.files.read_text = counted
+    return build_graph([(store, [Seed("slurm://torchx/child")])], depth=2), listed, read
+
+
+def _store_with_one_edge(root) -> None:
+    from torchx_airflow_tracker.fsspec_store import FsspecStore
+
+    store = FsspecStore(str(root))
+    store.add_source("slurm://torchx/child", "slurm://torchx/parent", "model")
+    store.ensure_indexed()
+
+
+def test_junk_in_a_store_root_costs_a_view_a_bounded_read(tmp_path):
+    """A writer filled the root with junk: a view still draws the run and its parent; its listings
+    and reads are the same for 500 and 3,000 of each kind of junk (they were 6 per entry: 18,005
+    for 3,000), and it says what it left unread and how to index the store."""
+    from torchx_airflow.plugins.walk import GRAPH_READS
+
+    costs = {}
+    for junk in (0, 500, 3000):
+        root = tmp_path / f"store-{junk}"
+        _store_with_one_edge(root)
+        _fill_with_junk(root, junk)
+        graph, listed, read = _view_reads(root)
+        assert set(graph.runs) == {"slurm://torchx/child", "slurm://torchx/parent"}
+        assert [(e.source, e.target) for e in graph.edges] == [
+            ("slurm://torchx/parent", "slurm://torchx/child")
+        ]
+        assert listed.count(str(root)) == 1
+        costs[junk] = (len(listed), len(read))
+        if junk:
+            (warning,) = graph.warnings
+            # each junk kind a reader would open: run-like directories (two kinds) and digest markers
+            assert f"{3 * junk - GRAPH_READS} entries without an index were not read" in warning
+            assert "reindex" in warning
+        else:
+            assert graph.warnings == []
+    assert costs[500] == costs[3000], costs  # constant in the junk
+    assert sum(costs[3000]) <= sum(costs[0]) + 3 * GRAPH_READS, costs
+
+
 def test_a_view_lists_the_store_root_once_and_draws_at_most_max_runs(tmp_path):
     from torchx_airflow_tracker.fsspec_store import FsspecStore
 

@@ -9,7 +9,9 @@ training (dags/jobs/train.py: a checkpoint every epoch) runs through ``TorchXOpe
   ``NODE_FAIL``, the task (deferred: the real triggerer) submits it again, the new job runs on the
   other node from the last checkpoint, the task succeeds on its first try; two jobs in ``sacct``;
 - a higher-priority job preempts a running one (waiting in the worker): the same, ``PREEMPTED``;
-- a job that exits 1, and one that hits its time limit, fail the task with one job each.
+- a job that exits 1, and one that hits its time limit, fail the task with one job each;
+- a preempted job whose resubmission would bring the try's attempts together over ``max_cost`` is
+  not resubmitted: the task fails with one job, naming what the first attempt spent.
 
 Each test prints its figures (attempts, epochs resumed from, seconds lost) for docs/failure-behaviour.md.
 """
@@ -53,6 +55,16 @@ def stack(cluster, tmp_path_factory):
             "SLURM_CONF": cluster.slurm_conf,
             "AIRFLOW_CONN_TORCHX_MULTI": json.dumps(
                 {"conn_type": "torchx", "extra": {"scheduler": "slurm", "cfg": {"partition": "multi"}}}
+            ),
+            "AIRFLOW_CONN_TORCHX_MULTI_PRICED": json.dumps(
+                {
+                    "conn_type": "torchx",
+                    "extra": {
+                        "scheduler": "slurm",
+                        "cfg": {"partition": "multi"},
+                        "prices": {"cpu_hour": 3600},
+                    },
+                }
             ),
             "AIRFLOW_CONN_RESUB_FS": json.dumps(
                 {"conn_type": "torchx_fsspec", "extra": {"root": str(home / "store")}}
@@ -199,3 +211,27 @@ def test_a_preempted_job_costs_no_retry_and_resumes_once_the_urgent_job_is_done(
     ).stdout.strip()
     check_resumed(stack, cluster, dag_id, run_id, since, node, "PREEMPTED")
     assert [r["state"] for r in jobs(cluster, "urgent", since)] == ["COMPLETED"], urgent
+
+
+def test_a_resubmission_that_would_bring_the_attempts_over_max_cost_is_not_submitted(
+    stack, cluster, data, tmp_path
+):
+    """Each job is estimated at 20 under max_cost 30 (tests/dags/torchx_resubmit_dags.py): the first
+    fits; once it ran 10 s or more (its actual cost, from sacct's allocation) and was preempted, a
+    second would bring the try over 30, so nothing more is submitted and the task fails."""
+    dag_id = "resubmit_train_capped"
+    since = since_now(cluster)
+    run_id = stack.trigger(dag_id, {"data": data, "out": str(tmp_path), "epochs": 10, "epoch_seconds": 3})
+    running_with_checkpoint(stack, dag_id, run_id, epoch=3)
+    cluster.run(
+        ["sbatch", "--parsable", "-o", "/dev/null", "-p", "urgent", "-N", "2", "-c", "2", "-J", "urgent"]
+        + ["--wrap", "sleep 15"]
+    )
+    assert stack.wait_run(dag_id, run_id, timeout=600) == "failed"
+    assert stack.ti(dag_id, run_id, "train")["try_number"] == 1
+    assert [r["state"].split()[0] for r in jobs(cluster, JOB, since)] == ["PREEMPTED"]
+    log = stack.log(dag_id, run_id, "train", 1)
+    spent = re.search(r"plus (\d+\.\d+) USD already spent by this try's earlier attempts", log)
+    assert spent, log[-3000:]
+    assert float(spent.group(1)) >= 18.0  # at least 9 s of 2 allocated CPUs at 1 per CPU-second
+    assert "Submitted TorchX app" in log and log.count("Submitted TorchX app") == 1

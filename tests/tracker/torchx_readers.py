@@ -1,6 +1,7 @@
 """TorchX's own ``FsspecTracker``, of TorchX 0.7 (installed) and of TorchX main (the torchx-nightly
-wheel the Makefile pins, fetched with pip and imported from its unpacked files), each run in a
-subprocess so the two ``torchx`` packages never meet in one interpreter."""
+wheel the Makefile pins, fetched with pip and imported from its unpacked files), and TorchX 0.7's
+``MLflowTracker`` (TorchX main has none), each run in a subprocess so the two ``torchx`` packages
+never meet in one interpreter and MLflow's process-wide tracking URI stays the test's."""
 
 from __future__ import annotations
 
@@ -34,6 +35,20 @@ from torchx.tracker.backend.fsspec import FsspecTracker
 t = FsspecTracker(fsspec.filesystem("file"), sys.argv[1])
 for op, args in json.loads(sys.argv[2]):
     getattr(t, op)(*args[:-1], **args[-1]) if op == "add_metadata" else getattr(t, op)(*args)
+"""
+
+
+_READ_MLFLOW = """
+import json, sys
+from torchx.tracker.mlflow import MLflowTracker
+uri, experiment, runs = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+t = MLflowTracker(experiment_name=experiment, tracking_uri=uri)
+run_ids = sorted(str(r) for r in t.run_ids())
+mlflow_ids = {}
+for r in runs:  # get_run makes the run active (TorchX's way); one at a time
+    mlflow_ids[r] = t.get_run_id(r)
+    t.close()
+print(json.dumps({"run_ids": run_ids, "mlflow_ids": mlflow_ids}))  # the last line: MLflow prints too
 """
 
 
@@ -75,3 +90,10 @@ def torchx_writes(root: Path, ops: list[tuple[str, list]], torchx_path: Path | N
     """Apply ``[(method, args)]`` through TorchX's tracker on ``root`` (add_metadata: last arg kwargs)."""
     root.mkdir(parents=True, exist_ok=True)
     _python(_WRITE, [str(root), json.dumps(ops)], torchx_path)
+
+
+def torchx_mlflow_reads(tracking_uri: str, experiment: str, runs: list[str]) -> dict:
+    """What TorchX 0.7's ``MLflowTracker`` answers on ``experiment``: its run ids, and the MLflow run
+    it resolves for each of ``runs`` (TorchX finds a run by its name, and refuses a name held twice)."""
+    out = _python(_READ_MLFLOW, [tracking_uri, experiment, json.dumps(runs)], None)
+    return json.loads(out.strip().splitlines()[-1])

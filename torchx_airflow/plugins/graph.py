@@ -24,7 +24,7 @@ from torchx_airflow.apps import AIRFLOW_RUN_SCHEME, AppHandle
 from torchx_airflow.lineage.edges import AIRFLOW_IDENTITY_KEYS
 from torchx_airflow.lineage.keys import ATTEMPT_KEY, CACHED_FROM_KEY, COST_KEY, ENDED_BY_KEY, USAGE_KEY
 from torchx_airflow.plugins.usage_view import RunUsage, usage_total
-from torchx_airflow.plugins.walk import Walk, parallel_map
+from torchx_airflow.plugins.walk import GRAPH_READS, Walk, parallel_map
 
 if TYPE_CHECKING:
     from torchx.tracker.api import TrackerBase
@@ -336,6 +336,8 @@ def build_graph(
             graph.warnings.append(f"Tracker store {store!r} could not be read: {type(e).__name__}: {e}")
             continue
         graph.truncated = graph.truncated or walk.truncated
+        if walk.unread:
+            graph.warnings.append(_unread_warning(store, walk.unread))
         cut |= walk.cut
         for key, names in walk.edges.items():
             edges.setdefault(key, set()).update(names)
@@ -354,6 +356,15 @@ def build_graph(
     graph.runs_not_shown = len(cut - set(graph.runs))
     graph.edges = [Edge(s, t, tuple(sorted(names))) for (s, t), names in sorted(edges.items())]
     return graph
+
+
+def _unread_warning(store: TrackerBase, unread: int) -> str:
+    return (
+        f"Tracker store {store!r}: {unread} entries without an index were not read (a view reads at "
+        f"most {GRAPH_READS} beyond the store's listing), so edges of runs written without this "
+        "provider's index may be missing. Index them with `torchx-airflow-tracker --fsspec <root> "
+        "reindex`, and remove what is not a run from the store's root."
+    )
 
 
 def _mark_seed(node: RunNode, seed: Seed) -> None:

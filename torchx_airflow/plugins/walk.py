@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 
 # Store reads are I/O (object stores, an MLflow server): a small pool overlaps them.
 READ_WORKERS = 8
+#: Reads a walk's graph snapshot makes beyond the store's one listing, at most: an fsspec store's
+#: run directories without an index and markers named by digest. Anyone tracking to a store can
+#: fill its root with such entries; past this bound they are counted (``Walk.unread``), not read.
+GRAPH_READS = 64
 
 
 def parallel_map(fn: Callable[[str], Any], items: Sequence[str]) -> list[Any]:
@@ -45,9 +49,16 @@ def _grouped(sources: Iterable[Any]) -> dict[str, tuple[str, ...]]:
 def graph_snapshot(store: TrackerBase) -> Any:
     """The store's whole edge graph from one listing (``FsspecStore.graph()``), or None for a store
     that answers edge queries one run at a time (MLflow). Read once per walk, so a walk over N runs
-    costs one listing of the store, not N; runs written during the walk are not needed by it."""
+    costs one listing of the store, not N; runs written during the walk are not needed by it. A
+    store whose graph takes ``max_reads`` reads at most ``GRAPH_READS`` entries beyond the listing."""
+    import inspect
+
     graph = getattr(store, "graph", None)
-    return graph() if callable(graph) else None
+    if not callable(graph):
+        return None
+    if "max_reads" in inspect.signature(graph).parameters:
+        return graph(max_reads=GRAPH_READS)
+    return graph()
 
 
 def _names(by_run: dict[str, Any]) -> dict[str, tuple[str, ...]]:
@@ -71,6 +82,11 @@ class Walk:
         self.cut: set[str] = set()
         self.truncated = False
         self._graph: Any = None
+
+    @property
+    def unread(self) -> int:
+        """Entries of the store the graph snapshot left unread (over ``GRAPH_READS``)."""
+        return int(getattr(self._graph, "unread", 0) or 0)
 
     def run(self, seeds: Iterable[str]) -> None:
         """Walk from ``seeds`` (the first ``budget`` of them; the rest are cut)."""

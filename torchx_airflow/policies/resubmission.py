@@ -359,11 +359,21 @@ class ResubmissionPolicy(RunPolicy):
             resubmission.attempts.started(app_handle)
         elif run.submission == RESUBMITTED and self._pending is not None:
             previous, attempt = self._pending
+            self._annotate_usage(resubmission, previous, run.result_fields)
             resume_from = attempt.details.get("resume_from")
             resubmission.attempts.started(app_handle, resume_from)
             stores = run.trackers.stores if run.trackers else ()
             resubmission.link(stores, app_handle, previous, attempt)
             self._pending = None
+
+    @staticmethod
+    def _annotate_usage(resubmission: Resubmission, previous: str, fields: Mapping[str, Any]) -> None:
+        """The usage and cost of ``previous`` on its attempt, when it ended without them there (an
+        earlier try's job, whose usage is read only once its resubmission is decided)."""
+        used = {k: fields[k] for k in ("usage", "cost") if k in fields}
+        recorded = next((a for a in resubmission.attempts.load() if a.get("app_handle") == previous), {})
+        if used and "usage" not in recorded:
+            resubmission.attempts.annotate(previous, **used)
 
     def ended(self, run: TaskRun, app_handle: str, state: str, msg: str) -> NextJob | None:
         attempt = self._next_attempt(run, app_handle, state, msg)
@@ -391,7 +401,8 @@ class ResubmissionPolicy(RunPolicy):
             return None
         # what the ended job used (and cost) stays with its attempt: the result's usage is the last job's
         used = {k: run.result_fields[k] for k in ("usage", "cost") if k in run.result_fields}
-        resubmission.attempts.annotate(app_handle, **used)
+        if used:  # an earlier try's job: its usage is read once its resubmission is decided
+            resubmission.attempts.annotate(app_handle, **used)
         attempt = NextJob(
             app=with_resume_env(run.app, chosen.number, chosen.resume_from),
             number=chosen.number,

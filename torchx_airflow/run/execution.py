@@ -81,6 +81,9 @@ class TaskRun:
         self.deadline = task_deadline(execution_timeout, context["ti"])
         #: how the task's current job came to be (``NEW``, ``RESUBMITTED``, ``REATTACHED``)
         self.submission = NEW
+        #: True while the policies hear of the end of an earlier try's job, which this try found
+        #: ended before it submitted (that try saw the end itself, or died before it could)
+        self.earlier_try_end = False
         #: fields policies add to the result when the job ends (``usage``, ``cost``, ``attempts``):
         #: a failed app's error and its OpenLineage facets carry them too
         self.result_fields: dict[str, Any] = {}

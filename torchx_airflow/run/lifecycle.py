@@ -97,7 +97,8 @@ class RunLifecycle:
         """The job for a task with no running one: an earlier try's job that the infrastructure
         ended (its status was just asked) continues as its next attempt; else a new submission."""
         if self.status is not None and self.status_of is not None:
-            resubmitted = self.ended(self.status_of, self.status.state.name, self.status.msg)
+            state, msg = self.status.state.name, self.status.msg
+            resubmitted = self.ended(self.status_of, state, msg, earlier_try=True)
             if resubmitted is not None:
                 return resubmitted
         return self.submit(self.run.app, NEW)
@@ -154,16 +155,21 @@ class RunLifecycle:
 
     # end
 
-    def ended(self, app_handle: str, state: str, msg: str) -> str | None:
-        """The job ended: every policy hears of it once; the handle of the job submitted in its
+    def ended(self, app_handle: str, state: str, msg: str, earlier_try: bool = False) -> str | None:
+        """The job ended: every policy hears of it once (``earlier_try``: an earlier try's job this
+        try found ended, told as ``run.earlier_try_end``); the handle of the job submitted in its
         place (a ``NextAttempt``), or None when the task ends with this job."""
         if app_handle in self._ended:
             return None
         self._ended.add(app_handle)
         next_attempt: NextAttempt | None = None
-        for policy in self.policies:
-            answer = policy.ended(self.run, app_handle, state, msg)
-            next_attempt = next_attempt or answer
+        self.run.earlier_try_end = earlier_try
+        try:
+            for policy in self.policies:
+                answer = policy.ended(self.run, app_handle, state, msg)
+                next_attempt = next_attempt or answer
+        finally:
+            self.run.earlier_try_end = False
         if next_attempt is None or state == SUCCEEDED:
             return None
         self.run.replace_app(next_attempt.app)

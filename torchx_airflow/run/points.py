@@ -8,7 +8,9 @@ the lifecycle (``run.lifecycle``) calls every policy of the task, in order, at e
 - ``submitted(run, app_handle)``: the task's job is ``app_handle`` (``run.submission`` says how:
   a new job, a resubmission, or a reattach to an earlier try's).
 - ``ended(run, app_handle, state, msg)``: the job is terminal. Return a ``NextAttempt`` to submit
-  another job in its place (the first policy that does wins), or None.
+  another job in its place (the first policy that does wins), or None. ``run.earlier_try_end`` says
+  the job is an earlier try's, found ended when this try started (that try may have heard of its
+  end already, and a new job follows unless a policy resubmits it).
 - ``finished(run, app_handle, result)``: the task's result is made; return it, added to.
 
 A policy reads what it needs from ``run`` (``run.execution.TaskRun``) and its own settings; the

@@ -98,10 +98,29 @@ def _decode_names(text: str) -> Names:
 
 
 class _Graph(EdgeGraph):
-    """Every edge of a store, both ways, from one listing of its root."""
+    """Every edge of a store, both ways, from one listing of its root.
+
+    ``unread``: the entries a bounded read left unread (``graph(max_reads=...)``): unindexed run
+    directories and markers named by digest past the bound, whose edges the graph lacks.
+    """
+
+    def __init__(self, max_reads: int | None = None) -> None:
+        super().__init__()
+        self._reads_left = max_reads
+        self.unread = 0
 
     def add_edge(self, edge: Edge) -> None:
         self.add(edge.source_id, edge.run_id, edge.artifact_name)
+
+    def may_read(self) -> bool:
+        """Whether one more read fits the bound (counted as unread when it does not)."""
+        if self._reads_left is None:
+            return True
+        if self._reads_left <= 0:
+            self.unread += 1
+            return False
+        self._reads_left -= 1
+        return True
 
 
 class FsspecStore(EdgeQueries, TrackerBase):
@@ -345,17 +364,22 @@ class FsspecStore(EdgeQueries, TrackerBase):
     def _root_names(self) -> list[str]:
         return self.files.names(self.root, hidden=True)
 
+    @staticmethod
+    def _names_a_run(name: str) -> str | None:
+        """What a root entry's name decodes to when it may be a run directory (no read), else None."""
+        decoded = None if name.startswith(".") else decode_name(name)
+        return None if decoded is None or decoded == LEGACY_INDEX_ID else decoded
+
+    def _run_id(self, name: str) -> str | None:
+        """The run id of a root entry that may be a run directory (a long id's is read from it)."""
+        decoded = self._names_a_run(name)
+        if decoded is not None and decoded.startswith(LONG_ID_PREFIX):
+            decoded = self.files.read_text(posixpath.join(self.root, name, ID_FILE)) or decoded
+        return decoded
+
     def _run_dirs(self, names: Iterable[str]) -> dict[str, str]:
         """{directory name: run id} of the run directories among a root listing."""
-        runs = {}
-        for name in names:
-            decoded = None if name.startswith(".") else decode_name(name)
-            if decoded is None or decoded == LEGACY_INDEX_ID:
-                continue
-            if decoded.startswith(LONG_ID_PREFIX):
-                decoded = self.files.read_text(posixpath.join(self.root, name, ID_FILE)) or decoded
-            runs[name] = decoded
-        return runs
+        return {name: run_id for name in names if (run_id := self._run_id(name)) is not None}
 
     def _listing(self) -> RootListing:
         """The root's listing: the last one while a local root is unchanged, else a new one."""
@@ -367,27 +391,35 @@ class FsspecStore(EdgeQueries, TrackerBase):
                 self._listing_cache.keep(stamp, listing)
         return listing
 
-    def graph(self, source_id: str | None = None) -> _Graph:
+    def graph(self, source_id: str | None = None, max_reads: int | None = None) -> _Graph:
         """Every edge of the store (``source_id``: only the edges from it): the reverse markers, and
         the runs that have none yet read in full. One listing of the root either way (none while a
-        local root is unchanged); with ``source_id`` only the markers named after it are read."""
+        local root is unchanged); with ``source_id`` only the markers named after it are read.
+
+        ``max_reads``: read at most this many entries beyond the listing (an unindexed run directory:
+        up to three listings and its id; a marker named by digest: its content), so a root that
+        anyone filled with junk costs a bounded read; the graph counts the rest as ``unread``.
+        """
         listing = self._listing()
-        graph = _Graph()
+        graph = _Graph(max_reads)
         for name in listing.markers(None if source_id is None else key(source_id)):
             keys = parse_reverse_marker(name)
             if keys is None:
                 continue
-            edge = edge_from_keys(*keys) or edge_from_content(
-                self.files.read_text(posixpath.join(self.root, name))
-            )
+            edge = edge_from_keys(*keys)
+            if edge is None and graph.may_read():
+                edge = edge_from_content(self.files.read_text(posixpath.join(self.root, name)))
             if edge is not None:
                 graph.add_edge(edge)
-        if listing.unindexed_runs is None:
-            listing.unindexed_runs = self._run_dirs(listing.unindexed())
-        for dir_name, run_id in listing.unindexed_runs.items():
+        for dir_name in listing.unindexed():
             if dir_name not in self._scanned:
-                self._scanned[dir_name] = self._forward_edges(run_id, dir_name) + self._legacy_children(
-                    run_id, dir_name
+                if self._names_a_run(dir_name) is None or not graph.may_read():
+                    continue
+                run_id = self._run_id(dir_name)
+                self._scanned[dir_name] = (
+                    self._forward_edges(run_id, dir_name) + self._legacy_children(run_id, dir_name)
+                    if run_id is not None
+                    else []
                 )
             for edge in self._scanned[dir_name]:
                 if source_id is None or edge.source_id == source_id:

@@ -13,7 +13,9 @@ is one search on that tag, and a run's parents are one read of its tags.
 A value whose JSON is longer than MLflow's 8,000-character tag limit is split into immutable
 ``torchx.part.<digest>.<i>`` tags and read back whole; past ``MAX_SPLIT_VALUE`` it is a
 ``ValueTooLargeError`` raised before anything is written. Ranks racing to create the same run
-agree through a claim (an experiment name, which MLflow keeps unique), with no fixed wait.
+agree through a claim (an experiment name, which MLflow keeps unique), with no fixed wait. The
+claims are params of one run kept in the experiment ``.torchx-claims.<experiment id>``, so every run
+of the configured experiment is a TorchX run (TorchX's own ``MLflowTracker`` lists them all).
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ _SAFE_KEY = re.compile(r"[^A-Za-z0-9_\-. /]")
 SNAPSHOT_SECONDS = 60.0
 REGISTRY_TAG = "torchx.claims_run"  # experiment tag: the run whose params are the claims
 REGISTRY_RUN_NAME = ".torchx-claims"
+# the claims run lives in its own experiment beside the store's: every run of the store's experiment
+# is a TorchX run, so TorchX's own MLflowTracker (which lists all of them) lists what run_ids() does
+CLAIMS_EXPERIMENT_PREFIX = ".torchx-claims."
 # a run made to be claimed carries this tag; RUN_ID_TAG only once it won, so searches for a run id
 # never meet a losing rank's run before it is deleted
 CANDIDATE_TAG = "torchx.candidate_for"
@@ -260,7 +265,7 @@ class MlflowStore(EdgeQueries, TrackerBase):
         experiment = self.client.get_experiment(experiment_id)
         if experiment.tags.get(REGISTRY_TAG):
             return experiment.tags[REGISTRY_TAG]
-        candidate = self.client.create_run(self.experiment_id, run_name=REGISTRY_RUN_NAME).info.run_id
+        candidate = self.client.create_run(self._claims_experiment(), run_name=REGISTRY_RUN_NAME).info.run_id
         # experiment names are unique: the one rank whose claim experiment is created wins; it is
         # deleted at once (out of sight), and a deleted experiment still answers by name
         name = f"{CLAIM_PREFIX}{self.experiment_id}"
@@ -282,6 +287,23 @@ class MlflowStore(EdgeQueries, TrackerBase):
             if self.client.get_experiment(self.experiment_id).tags.get(REGISTRY_TAG) != winner:
                 raise
         return winner
+
+    def _claims_experiment(self) -> str:
+        """The experiment ``.torchx-claims.<experiment id>`` that holds the claims run (made once)."""
+        from mlflow.exceptions import MlflowException
+
+        name = f"{CLAIMS_EXPERIMENT_PREFIX}{self.experiment_id}"
+        try:
+            return str(self.client.create_experiment(name))
+        except MlflowException as e:
+            if e.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+            found = self.client.get_experiment_by_name(name)  # made by another rank meanwhile
+            if found is None:
+                raise
+            if found.lifecycle_stage == "deleted":  # a new claims run needs a live experiment
+                self.client.restore_experiment(found.experiment_id)
+            return str(found.experiment_id)
 
     def _create_once(self, run_id: str, tags: Mapping[str, str] | None = None) -> tuple[str, bool]:
         """Create the MLflow run of ``run_id`` unless another rank's is claimed.

@@ -40,7 +40,6 @@ class RootListing:
     names: list[str]
     _indexed: set[str] | None = None
     runs: dict[str, str] | None = None  # {directory name: run id}, set by the store
-    unindexed_runs: dict[str, str] | None = None  # the same for runs with no index marker
 
     def __post_init__(self) -> None:
         self.names.sort()

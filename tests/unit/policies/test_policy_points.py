@@ -45,6 +45,7 @@ class FakeRun:
     """What a policy reads of ``run.execution.TaskRun``, set by hand."""
 
     task_id, where, deadline, waits_in_triggerer, tracker_timeout = "train", "Task 'train'", None, False, 5.0
+    earlier_try_end = False
 
     def __init__(self, hook: FakeSchedulerHook, store: Any = None, tracker: Any = None) -> None:
         self.hook, self.store, self.submission = hook, store, NEW

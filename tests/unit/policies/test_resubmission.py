@@ -409,3 +409,66 @@ def test_a_bad_checkpoint_root_is_refused_naming_the_value(value):
         _operator(FakeSchedulerHook([]), checkpoint_root=value)
     with pytest.raises(TorchXConnectionError, match="checkpoint_root"):
         TorchXConnectionSettings.from_extra("c", {"checkpoint_root": value})
+
+
+class CountingHook(FakeSchedulerHook):
+    """The fake scheduler, counting the usage reads (``sacct`` on Slurm) per handle."""
+
+    def usage(self, handle: str) -> dict[str, Any] | None:
+        self.usage_reads = [*getattr(self, "usage_reads", []), handle]
+        return super().usage(handle)
+
+
+class CountingStore(CheckpointStore):
+    """A tracker store counting the usage metadata written per run."""
+
+    def add_metadata(self, run_id: str, **kv: Any) -> None:
+        if "torchx_usage" in kv:
+            self.usage_writes = [*getattr(self, "usage_writes", []), run_id]
+        super().add_metadata(run_id, **kv)
+
+
+def test_a_retry_that_finds_its_earlier_jobs_failed_reads_no_usage_of_it_and_writes_none():
+    """The earlier try saw its job fail (and recorded its usage then): the retry submits a fresh job
+    without asking the scheduler for the old one's usage again nor rewriting its tracker metadata."""
+    hook = CountingHook([EXIT_1, AppState.SUCCEEDED])
+    store = TaskStateStore()
+    store.set("torchx_app_handle", HANDLE)
+    op, tracker = _resubmitting(hook, store, tracker=CountingStore())
+    hook.handles = (SECOND,)
+    result = op.execute(_context(store))
+    assert result["app_handle"] == SECOND
+    assert hook.usage_reads == [SECOND]
+    assert tracker.usage_writes == [SECOND]
+
+
+def test_a_retry_that_resubmits_its_earlier_try_s_job_reads_its_usage_once_and_counts_its_cost():
+    """The earlier try died with its node: the retry resubmits the job, and that job's usage is read
+    once (one sacct), written once, kept on its attempt, and counted toward max_cost."""
+    from torchx_airflow.exceptions import TorchXCostLimitError
+    from torchx_airflow.settings.prices import PriceTable
+
+    hook = CountingHook([NODE_FAIL, AppState.SUCCEEDED])
+    hook.settings = TorchXConnectionSettings(scheduler="slurm", prices=PriceTable(cpu_hour=1.0))
+    hook.usage_answer = {"elapsed_s": 3600.0, "cpu_time_s": 3600.0, "cpus": 1, "max_rss_mb": 1.0}
+    store = TaskStateStore()
+    store.set("torchx_app_handle", HANDLE)
+    store.set(ATTEMPTS_KEY, [{"attempt": 1, "app_handle": HANDLE, "submitted_at": 1.0}])
+    op, tracker = _resubmitting(hook, store, tracker=CountingStore())
+    hook.handles = (SECOND,)
+    result = op.execute(_context(store))
+    assert result["app_handle"] == SECOND
+    assert hook.usage_reads == [HANDLE, SECOND]
+    assert tracker.usage_writes == [HANDLE, SECOND]
+    assert store.values[ATTEMPTS_KEY][0]["usage"]["elapsed_s"] == 3600.0
+
+    hook = CountingHook([NODE_FAIL])
+    hook.settings = TorchXConnectionSettings(scheduler="slurm", prices=PriceTable(cpu_hour=1.0))
+    hook.usage_answer = {"elapsed_s": 3600.0, "cpu_time_s": 3600.0, "cpus": 1, "max_rss_mb": 1.0}
+    store = TaskStateStore()
+    store.set("torchx_app_handle", HANDLE)
+    store.set(ATTEMPTS_KEY, [{"attempt": 1, "app_handle": HANDLE, "submitted_at": 1.0}])
+    op, _ = _resubmitting(hook, store, max_cost=1.5, expected_duration=3600)
+    with pytest.raises(TorchXCostLimitError, match=r"1\.0000 USD already spent"):
+        op.execute(_context(store))
+    assert hook.usage_reads == [HANDLE]

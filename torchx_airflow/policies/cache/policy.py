@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
     from torchx_airflow.hooks.torchx import TorchXHook
     from torchx_airflow.lineage.stores import TrackerSet
+    from torchx_airflow.policies.cache.fingerprints import ReadScope
     from torchx_airflow.run.execution import TaskRun
 
 
@@ -173,10 +174,8 @@ class TaskCache:
             return None
 
         def compute() -> tuple[str, dict[str, Any]]:
-            from torchx_airflow.policies.cache.fingerprints import read_scope
-
             # a parent's artifact is read only under what the task's arguments and stores name
-            scope = read_scope(app, self.trackers.stores)
+            scope = self.read_within(app)
             inputs = key_inputs(
                 app,
                 scheduler,
@@ -198,21 +197,24 @@ class TaskCache:
         self.log.info("TorchX cache key %s of: %s", key, json.dumps(inputs, sort_keys=True))
         return str(key)
 
-    def lookup(self, key: str) -> dict[str, Any] | None:
-        """The usable record of ``key`` in the task's stores (the first that has one), or None."""
+    def read_within(self, app: AppDef) -> ReadScope:
+        """Where this task reads outputs and parents' artifacts: what ``app``'s own arguments and the
+        task's stores name (``fingerprints.read_scope``)."""
+        from torchx_airflow.policies.cache.fingerprints import read_scope
+
+        return read_scope(app, self.trackers.stores)
+
+    def lookup(self, key: str, app: AppDef) -> dict[str, Any] | None:
+        """The usable record of ``key`` in the task's stores (the first that has one), or None; its
+        outputs are checked within the read scope of ``app`` (the task's app)."""
         from torchx_airflow.retry import call_within
 
-        done, record = call_within(
-            self.tracker_timeout,
-            f"Looking up cache key {key}",
-            find_record,
-            self.trackers.stores,
-            key,
-            self.settings.scope,
-            self.settings.ttl,
-            self.settings.keys,
-            self.log,
-        )
+        def find() -> dict[str, Any] | None:
+            settings = self.settings
+            stores, within = self.trackers.stores, self.read_within(app)
+            return find_record(stores, key, settings.scope, settings.ttl, settings.keys, self.log, within)
+
+        done, record = call_within(self.tracker_timeout, f"Looking up cache key {key}", find)
         return record if done else None
 
     def remember(self, key: str, store: Any, ti: Any) -> None:
@@ -230,9 +232,10 @@ class TaskCache:
         return key if isinstance(key, str) and key else None
 
     def record(
-        self, key: str, app_handle: str, result: Mapping[str, Any], context: Context
+        self, key: str, app_handle: str, result: Mapping[str, Any], context: Context, app: AppDef
     ) -> dict[str, Any]:
-        """The result of a run that SUCCEEDED, marked a miss, after writing its record to every store."""
+        """The result of a run that SUCCEEDED, marked a miss, after writing its record to every store
+        (its outputs fingerprinted within the read scope of ``app``, the task's app)."""
         from torchx_airflow.lineage.edges import airflow_metadata
         from torchx_airflow.retry import call_within
 
@@ -241,7 +244,10 @@ class TaskCache:
 
         def write() -> int:
             settings = self.settings
-            record = new_record(key, settings.scope, app_handle, result, settings.ttl, airflow, settings.keys)
+            within = self.read_within(app)
+            record = new_record(
+                key, settings.scope, app_handle, result, settings.ttl, airflow, settings.keys, within
+            )
             return write_record(self.trackers.stores, key, record, self.log)
 
         done, written = call_within(self.tracker_timeout, f"Writing cache record {key}", write)
@@ -384,7 +390,7 @@ class CachePolicy(RunPolicy):
         key = self._key(run, cache)
         if key is None:
             return None
-        record = cache.lookup(key)
+        record = cache.lookup(key, app)
         if record is None:
             run.log.info("TorchX cache miss: key %s has no usable record; submitting", key)
             cache.remember(key, run.store, run.ti)
@@ -404,5 +410,5 @@ class CachePolicy(RunPolicy):
         """A run that SUCCEEDED records its key (``finish_run`` raised for any other end)."""
         cache = self.task_cache(run)
         if cache is not None and (key := cache.recall(run.store, run.ti)):
-            result = cache.record(key, app_handle, result, run.context)
+            result = cache.record(key, app_handle, result, run.context, run.app)
         return result

@@ -1,18 +1,22 @@
 """A task's cache records: made when a run SUCCEEDED, found and checked before submitting.
 
-A record ``{version, key, scope, app_handle, state, result, created, expires, outputs, airflow,
-signature}`` goes to every tracker store of the task under its key (the stores keep it where
+A record ``{version, key, scope, app_handle, state, result, created, expires, outputs, read_roots,
+airflow, signature}`` goes to every tracker store of the task under its key (the stores keep it where
 TorchX's readers do not look: ``torchx_airflow_tracker.cache_records``). ``signature`` is the
 HMAC-SHA256 of every other field under the deployment's cache key (``policies.cache.signing``),
 which no job receives: a store is writable by every job tracking to it, so a record is used only
 when its signature verifies, it names this key, this scope and a run that SUCCEEDED, it has not
 expired (the shorter of the writer's ``expires`` and the reader's ``cache_ttl``), and its outputs
-(the run's artifacts) still hold what they held. Anything else is a miss; one the launcher could not
+(the run's artifacts) still hold what they held. Outputs are read only within the task's read scope
+(``fingerprints.read_scope``: what its arguments and stores name) and, at a lookup, the directories
+the recording task read them under (``read_roots``, signed): a job's artifact path elsewhere is
+never read, not even to be hashed into a record. Anything else is a miss; one the launcher could not
 have written (unsigned, badly signed, inconsistent, malformed) is a miss with a warning.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -24,6 +28,7 @@ from torchx_airflow.policies.cache.signing import SIGNATURE_FIELD
 if TYPE_CHECKING:
     from torchx.tracker.api import TrackerBase
 
+    from torchx_airflow.policies.cache.fingerprints import ReadScope
     from torchx_airflow.policies.cache.signing import CacheKeys
 
 SUCCEEDED = "SUCCEEDED"
@@ -37,9 +42,13 @@ def new_record(
     ttl: float,
     airflow: Mapping[str, Any],
     keys: CacheKeys,
+    read_within: ReadScope | None = None,
 ) -> dict[str, Any]:
     """The signed record of a run that SUCCEEDED: its result, when it expires, what its outputs hold
-    now (a fingerprint per artifact path; None for one this process cannot read, not checked later)."""
+    now (a fingerprint per artifact path; None for one this process cannot read, not checked later).
+
+    ``read_within``: where the outputs may be read (the task's ``fingerprints.read_scope``; the job
+    chose these paths, so a path outside it is not read, not even to be hashed into the record)."""
     from torchx_airflow.apps import json_safe
     from torchx_airflow.policies.cache.fingerprints import FingerprintError, fingerprint
 
@@ -48,10 +57,13 @@ def new_record(
         path = str(artifact.get("path") or "")
         if path:
             try:
-                outputs[path] = fingerprint(path)
+                outputs[path] = fingerprint(path, read_within)
             except FingerprintError:
                 outputs[path] = None
     now = time.time()
+    # the directories the outputs were read under: signed, so a later task of the key (whose own
+    # arguments may name another run's directory) checks them there and nowhere else
+    roots = list(read_within.local_roots or ()) if read_within is not None else []
     record = {
         "version": KEY_VERSION,
         "key": key,
@@ -62,6 +74,7 @@ def new_record(
         "created": now,
         "expires": now + ttl,
         "outputs": outputs,
+        "read_roots": roots,
         "airflow": json_safe(dict(airflow)),
     }
     record[SIGNATURE_FIELD] = keys.sign(record)
@@ -98,14 +111,34 @@ def _check_trusted(record: Any, key: str, scope: str, keys: CacheKeys) -> None:
         raise Forged("it names no run that SUCCEEDED")
     if result.get("app_handle", handle) != handle or not isinstance(record.get("outputs") or {}, dict):
         raise Forged("its result is not that of the run it names")
+    roots = record.get("read_roots", [])
+    if not isinstance(roots, list) or not all(isinstance(r, str) and r.startswith("/") for r in roots):
+        raise Forged("its read roots are not a list of absolute paths")
     _number(record, "created"), _number(record, "expires")
 
 
+def _output_scope(record: Mapping[str, Any], read_within: ReadScope | None) -> ReadScope | None:
+    """Where a record's outputs may be read: the task's own scope, plus the directories the task
+    that recorded them read them under (signed in the record)."""
+    if read_within is None or read_within.local_roots is None:
+        return read_within
+    roots = dict.fromkeys([*read_within.local_roots, *record.get("read_roots", [])])
+    return dataclasses.replace(read_within, local_roots=tuple(roots))
+
+
 def usable(
-    record: Any, key: str, scope: str, ttl: float, keys: CacheKeys, now: float | None = None
+    record: Any,
+    key: str,
+    scope: str,
+    ttl: float,
+    keys: CacheKeys,
+    now: float | None = None,
+    read_within: ReadScope | None = None,
 ) -> tuple[str, bool] | None:
     """Why ``record`` cannot be used for ``key`` in ``scope``, and whether that is suspicious (the
-    launcher could not have written it so), or None when it is usable."""
+    launcher could not have written it so), or None when it is usable. Its outputs are read only
+    within ``read_within`` (the task's read scope) and the roots they were recorded under: one
+    elsewhere is gone, a miss."""
     from torchx_airflow.policies.cache.fingerprints import FingerprintError, fingerprint
 
     try:
@@ -115,11 +148,12 @@ def usable(
     until = min(float(record["expires"]), float(record["created"]) + ttl)  # the reader's TTL too
     if until <= (time.time() if now is None else now):
         return "expired", False
+    within = _output_scope(record, read_within)
     for path, held in (record.get("outputs") or {}).items():
         if held is None:
             continue
         try:
-            now_holds = fingerprint(path)
+            now_holds = fingerprint(path, within)
         except FingerprintError as e:
             return f"its output {path!r} is gone ({e})", False
         if now_holds != held:
@@ -139,10 +173,11 @@ def find_record(
     ttl: float,
     keys: CacheKeys,
     task_log: Any,
+    read_within: ReadScope | None = None,
 ) -> dict[str, Any] | None:
-    """The first usable record of ``key`` in ``stores`` (in order). A record skipped is logged once
-    (a warning when the launcher could not have written it); a store that cannot be read is a
-    warning and the next store is asked."""
+    """The first usable record of ``key`` in ``stores`` (in order), its outputs read within
+    ``read_within``. A record skipped is logged once (a warning when the launcher could not have
+    written it); a store that cannot be read is a warning and the next store is asked."""
     for store in stores:
         records = cache_records(store)
         if records is None:
@@ -154,7 +189,7 @@ def find_record(
             continue
         if record is None:
             continue
-        why = usable(record, key, scope, ttl, keys)
+        why = usable(record, key, scope, ttl, keys, read_within=read_within)
         if why is None:
             return record
         reason, suspicious = why

@@ -27,7 +27,9 @@ class CostPolicy(RunPolicy):
         self.max_cost = max_cost
         self.expected_duration = expected_duration
         self.accounting: RunAccounting | None = None
-        self._ended_costs: list[Any] = []  # this execution's ended jobs' costs (without a state store)
+        self._ended_costs: dict[str, Any] = {}  # this execution's ended jobs' costs, by handle
+        # an earlier try's job found ended, its usage not read (only a resubmission of it needs it)
+        self._unread_end: tuple[str, str] | None = None
 
     def _accounting(self, run: TaskRun) -> RunAccounting:
         if self.accounting is None:
@@ -39,36 +41,52 @@ class CostPolicy(RunPolicy):
     def before_submit(self, run: TaskRun, app: AppDef) -> None:
         """Raises ``TorchXCostLimitError`` over ``max_cost``, counting what the try's earlier
         attempts of a resubmitted job cost: nothing is submitted."""
+        if run.submission == RESUBMITTED and self._unread_end is not None:
+            # the earlier try's job is resubmitted: its usage is this chain's, and its cost counts
+            self._record_end(run, *self._unread_end)
+        self._unread_end = None
         spent = self.spent(run) if run.submission == RESUBMITTED and self.max_cost is not None else 0.0
         self._accounting(run).before_submit(app, run.context, spent)
 
     def spent(self, run: TaskRun) -> float:
         """What the ended attempts of this try's job cost: each attempt's actual cost, or its
         estimate where no actual one is known (the bound must hold, so the larger guess counts).
-        From the attempts in ``task_state_store`` (they outlive a deferral), else this execution's."""
-        costs: list[Any] = list(self._ended_costs)
+        From the attempts in ``task_state_store`` (they outlive a deferral), and this execution's
+        (an attempt the store holds without its cost: an earlier try's, read here)."""
+        costs: dict[str, Any] = dict(self._ended_costs)
         if run.store is not None:
             try:
                 attempts = run.store.get(ATTEMPTS_KEY)
             except Exception as e:  # unreadable: what this execution saw still counts
                 run.log.warning("Could not read the attempts' costs: %s: %s", type(e).__name__, e)
                 attempts = None
-            if isinstance(attempts, list):
-                costs = [a.get("cost") for a in attempts if isinstance(a, dict)]
-        return sum(_cost_total(cost) for cost in costs)
+            for i, attempt in enumerate(attempts if isinstance(attempts, list) else ()):
+                if isinstance(attempt, dict) and attempt.get("cost") is not None:
+                    costs[str(attempt.get("app_handle") or f"attempt #{i}")] = attempt["cost"]
+        return sum(_cost_total(cost) for cost in costs.values())
 
     def submitted(self, run: TaskRun, app_handle: str) -> None:
         if run.submission != REATTACHED:
             self._accounting(run).submitted(app_handle, run.context)
 
     def ended(self, run: TaskRun, app_handle: str, state: str, msg: str) -> None:
-        """The ended job's usage (and cost) into the result's fields, the task log and the trackers."""
+        """The ended job's usage (and cost) into the result's fields, the task log and the trackers.
+
+        An earlier try's job found ended is read only if it is resubmitted (``before_submit``): the
+        try that ran it recorded its usage when it saw it end, and a fresh job replaces it otherwise.
+        """
+        if run.earlier_try_end:
+            self._unread_end = (app_handle, state)
+            return
+        self._record_end(run, app_handle, state)
+
+    def _record_end(self, run: TaskRun, app_handle: str, state: str) -> None:
         usage, cost = self._accounting(run).at_end(app_handle, run.app, state, True, run.context)
         run.result_fields["usage"] = usage
         run.result_fields.pop("cost", None)
         if cost is not None:
             run.result_fields["cost"] = cost
-            self._ended_costs.append(cost)
+            self._ended_costs[app_handle] = cost
         run.log.info("TorchX app %s used %s", app_handle, describe_usage(usage, cost))
         if run.trackers:
             from torchx_airflow.retry import call_within

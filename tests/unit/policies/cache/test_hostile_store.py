@@ -331,3 +331,57 @@ def test_the_key_may_be_a_connections_password(store, monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_CACHE_KEY_CONN", json.dumps({"conn_type": "generic", "password": OURS}))
     hit, submitted, _ = _run(store)
     assert submitted == 0 and hit["cache_hit"] is True
+
+
+def test_outputs_are_read_only_where_the_task_may_read_and_still_checked_in_another_runs_dir(store, tmp_path):
+    """The job's artifact paths are the job's choice: one outside what the task's arguments and
+    stores name (a file of the worker's) is not fingerprinted into the record; one in the run's own
+    output directory is, with that directory signed as the record's read root, so a later run whose
+    arguments name another directory (a per-run output path the key ignores) still checks it: an
+    untouched output hits, a changed one is a miss."""
+    secret = tmp_path / "worker" / "id_rsa"
+    secret.parent.mkdir()
+    secret.write_text("not for jobs")
+
+    def run_in(out_dir: Path):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        return _run(store, component_args=["--msg", f"out {out_dir}"], cache_ignore_args=["--msg=*"])
+
+    model = tmp_path / "runs" / "1" / "model.bin"
+    model.parent.mkdir(parents=True)
+    model.write_bytes(b"weights")
+    store.add_artifact(HANDLE, "model", str(model))  # as the job records them
+    store.add_artifact(HANDLE, "stolen", str(secret))
+    first, submitted, _ = run_in(model.parent)
+    assert submitted == 1 and first["cache_hit"] is False
+    record = _read(store, first["cache_key"])
+    assert record["outputs"][str(secret)] is None  # not read: outside the task's scope
+    assert record["outputs"][str(model)]["sha256"]
+    assert str(model.parent) in record["read_roots"]
+
+    again, submitted, _ = run_in(tmp_path / "runs" / "2")
+    assert submitted == 0 and again["cache_hit"] is True
+    model.write_bytes(b"weightz")
+    third, submitted, _ = run_in(tmp_path / "runs" / "3")
+    assert submitted == 1 and third["cache_hit"] is False
+
+
+def test_a_signed_output_outside_the_task_and_its_read_roots_is_never_read(tmp_path):
+    """At a lookup, an output outside both the task's scope and the record's signed read roots is
+    gone (a miss), without being read; read roots that are not absolute paths are a forgery."""
+    from torchx_airflow.policies.cache.fingerprints import ReadScope
+    from torchx_airflow.policies.cache.records import new_record, usable
+
+    keys = CacheKeys((OURS.encode(),))
+    elsewhere = tmp_path / "elsewhere.bin"
+    elsewhere.write_bytes(b"x")
+    result = {"app_handle": HANDLE, "state": "SUCCEEDED", "artifacts": {}}
+    record = new_record("k", "dag:d", HANDLE, result, 60, {}, keys, ReadScope(local_roots=(str(tmp_path),)))
+    fields = {k: v for k, v in record.items() if k != SIGNATURE_FIELD}
+    fields.update(outputs={str(elsewhere): {"size": 1}}, read_roots=[str(tmp_path / "run-1")])
+    task = ReadScope(local_roots=(str(tmp_path / "run-2"),))
+    reason = usable(_resign(fields, OURS), "k", "dag:d", 60, keys, read_within=task)
+    assert reason is not None and "is gone" in reason[0] and "not under a directory" in reason[0], reason
+    fields["read_roots"] = ["relative/dir"]
+    reason = usable(_resign(fields, OURS), "k", "dag:d", 60, keys, read_within=task)
+    assert reason == ("its read roots are not a list of absolute paths", True)
