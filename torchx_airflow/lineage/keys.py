@@ -24,3 +24,5 @@ CACHE_KEY_KEY = f"{METADATA_PREFIX}cache_key"
 #: what the run used and cost (``policies.cost``)
 USAGE_KEY = "torchx_usage"
 COST_KEY = "torchx_cost"
+#: a promoted run: the asset it was promoted to, by which DAG run or user, with the objective's value
+PROMOTED_KEY = f"{METADATA_PREFIX}promoted"
