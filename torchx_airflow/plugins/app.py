@@ -3,6 +3,7 @@
     GET {URL_PREFIX}/lineage/{dag_id}/{run_id}?depth=3[&task_id=train&map_index=0]   the page (SVG)
     GET {URL_PREFIX}/api/lineage/{dag_id}/{run_id}?depth=3[&task_id=...]            the same graph, JSON
     GET {URL_PREFIX}/static/lineage.css|lineage.js|lineage.svg                        its assets
+    POST {URL_PREFIX}/api/promote/{dag_id}/{run_id}      a manual promotion (``plugins/promotion.py``)
 
 Both views follow Airflow's auth, with the UI's session cookie or a bearer token: the caller must
 be allowed to read the DAG's runs, task instances and XComs (the view shows task states and values
@@ -43,6 +44,7 @@ from torchx_airflow.plugins.airflow_runs import (
     tracker_groups,
 )
 from torchx_airflow.plugins.graph import DEFAULT_DEPTH, MAX_DEPTH, LineageGraph, build_graph
+from torchx_airflow.plugins.promotion import add_promotion_routes
 from torchx_airflow.plugins.render import render_error, render_page
 from torchx_airflow.plugins.text import is_airflow_page, strip_userinfo
 
@@ -258,4 +260,5 @@ def create_app() -> FastAPI:
         )
         return HTMLResponse(page)
 
+    add_promotion_routes(app, CanReadLineage)
     return app
