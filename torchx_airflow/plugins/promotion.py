@@ -124,11 +124,11 @@ def promote_spec(session: Session, dag_id: str, task_id: str, promote_task_id: s
 def _candidate(session: Session, dag_id: str, run_id: str, body: PromoteRequest) -> Candidate:
     from airflow.models.dagrun import DagRun
 
-    from torchx_airflow.plugins.airflow_runs import XCOM_RESULT, _xcom_values
+    from torchx_airflow.plugins.airflow_runs import XCOM_RESULT, xcom_values
 
     if session.scalar(select(DagRun.id).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id)) is None:
         raise HTTPException(404, f"DAG run {run_id!r} of DAG {dag_id!r} does not exist.")
-    pushed = _xcom_values(session, dag_id, [run_id], [XCOM_RESULT])
+    pushed = xcom_values(session, dag_id, [run_id], [XCOM_RESULT])
     result = pushed.get((run_id, body.task_id, body.map_index), {}).get(XCOM_RESULT)
     (candidate,) = candidates_from_results({body.map_index: result})
     if not candidate.succeeded:
