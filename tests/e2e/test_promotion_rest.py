@@ -5,12 +5,14 @@ tracker entry says it was promoted, and the DAG scheduled on the asset runs exac
 
 Then by hand, through the plugin's POST endpoint: a viewer is refused (403), an editor (role
 ``user``, who may edit DAGs) promotes another run once; promoting it again, or the run the asset's
-latest event already carries, emits nothing. Non-JSON and cross-site requests are refused.
+latest event already carries, emits nothing. Non-JSON and cross-site requests are refused. In
+headless Chromium, the comparison view's Promote button sends the same request with the UI's cookie.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -161,3 +163,40 @@ def test_manual_promotion_is_for_editors_and_happens_once(promoted):
     assert stack.xcom(CONSUMER, runs[-1]["dag_run_id"], "promoted", "return_value")["app_handle"] == handle
     record = FsspecStore(str(stack.home / "tracker")).metadata(handle)["airflow_promoted"]
     assert record["promoted_by"] == "user ed"
+
+
+def _login(browser, stack: AirflowStack, user: str):
+    password = json.loads((stack.home / "stack" / "passwords.json").read_text())[user]
+    page = browser.new_page(viewport={"width": 1500, "height": 950})
+    page.goto(stack.url)
+    page.get_by_label("Username").fill(user)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(re.compile(rf":{stack.port}/(?!auth)"))
+    page.on("dialog", lambda dialog: dialog.accept())  # the button asks "Promote ...?"
+    return page
+
+
+def _click_promote(page, stack: AirflowStack, run: str, map_index: int) -> str:
+    """Open the comparison view of the sweep, press the row's Promote, return what the row says."""
+    page.goto(f"{stack.url}/torchx/compare/{SWEEP}/{urllib.parse.quote(run, safe='')}?task_id=train")
+    form = page.locator(f'form.promote:has(input[name="map_index"][value="{map_index}"])')
+    form.get_by_role("button", name="Promote").click()
+    result = form.locator(".promote-result")
+    result.wait_for(timeout=60_000)
+    return result.inner_text()
+
+
+def test_the_comparison_views_promote_button_in_a_browser(promoted, browser):
+    stack, run = promoted
+    before = len(_events(stack))
+    viewer = _login(browser, stack, "vera")
+    assert _click_promote(viewer, stack, run, 4).startswith("Refused (403)")
+    assert len(_events(stack)) == before
+    editor = _login(browser, stack, "ed")
+    assert _click_promote(editor, stack, run, 4) == "Promoted"
+    assert _click_promote(editor, stack, run, 4) == "Already promoted"
+    events = _events(stack)
+    assert len(events) == before + 1
+    handle = stack.xcom(SWEEP, run, "train", "app_handle", map_index=4)
+    assert (events[-1]["extra"]["app_handle"], events[-1]["extra"]["promoted_by"]) == (handle, "user ed")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from torchx_airflow.plugins.render import STATE_CLASS
 from torchx_airflow.plugins.text import link_target
@@ -93,11 +93,8 @@ def _header(column: str, title: str, data: Mapping[str, Any], query: Mapping[str
 
 
 def promote_cell(run: Mapping[str, Any], promote_url: str | None, data: Mapping[str, Any]) -> str:
-    """The row's promotion control: a POST form to ``promote_url``.
-
-    PROMOTION HOOK: the view passes ``promote_url=None`` until a promotion endpoint is mounted under
-    ``<view prefix>/promote``; the button is then shown disabled.
-    """
+    """The row's promotion control: a form for ``promote_url/<dag_id>/<dag_run_id>``, which
+    ``static/promote.js`` sends as JSON (the endpoint takes nothing else); disabled without a URL."""
     fields = {
         "dag_id": data["dag_id"],
         "dag_run_id": run["dag_run_id"],
@@ -110,8 +107,9 @@ def promote_cell(run: Mapping[str, Any], promote_url: str | None, data: Mapping[
         return (
             '<td><button type="button" disabled title="Promotion is not available here">Promote</button></td>'
         )
+    action = f"{promote_url}/{quote(str(data['dag_id']), safe='')}/{quote(str(run['dag_run_id']), safe='')}"
     return (
-        f'<td><form class="promote" method="post" action="{_esc(promote_url)}">{hidden}'
+        f'<td><form class="promote" method="post" action="{_esc(action)}">{hidden}'
         '<button type="submit">Promote</button></form></td>'
     )
 
@@ -277,12 +275,13 @@ def render_compare_page(
         table = render_table(data, query, promote_url)
     else:
         table = '<div class="empty"><h2>No runs of this task here</h2></div>'
+    script = f'\n<script src="{_esc(static_url)}/promote.js" defer></script>' if promote_url else ""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>TorchX runs · {_esc(data["dag_id"])} · {_esc(data["task_id"])}</title>
 <link rel="stylesheet" href="{_esc(static_url)}/lineage.css">
-<link rel="stylesheet" href="{_esc(static_url)}/compare.css">
+<link rel="stylesheet" href="{_esc(static_url)}/compare.css">{script}
 </head><body class="compare">
 <header>
   <div class="title"><h1>TorchX runs compared</h1>

@@ -29,8 +29,8 @@ TaskQuery = Annotated[str, Query(min_length=1, description="the task whose runs 
 LastQuery = Annotated[int, Query(ge=1, le=MAX_ROWS, description="how many of the latest runs")]
 ShowQuery = Annotated[list[str] | None, Query(description="row keys whose curves to plot")]
 OrderQuery = Annotated[str, Query(pattern="^(asc|desc)$")]
-#: where the promotion endpoint is mounted, once there is one (see ``compare_render.promote_cell``)
-PROMOTE_PATH: str | None = None
+#: where the promotion endpoint is mounted (``plugins/promotion.py``; see ``compare_render.promote_cell``)
+PROMOTE_PATH: str | None = "/api/promote"
 
 
 def masked_json(value: Any) -> Any:
