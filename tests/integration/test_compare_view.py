@@ -20,7 +20,8 @@ import pytest
 
 from tests.dags.torchx_compare_dags import EPOCHS, LEARNING_RATES, SECRET
 
-pytestmark = pytest.mark.integration
+# two sweeps of eight real jobs start in the first test's set-up: minutes on a loaded machine
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 
 USERS = "admin:admin,carol:viewer"
 PASSWORDS = {"admin": "admin-pw", "carol": "carol-pw"}
@@ -31,22 +32,32 @@ CHROMIUM = "/usr/bin/chromium"
 
 
 @pytest.fixture(scope="module")
-def sweep(run_dag, tmp_path_factory):
-    """The sweep's DAG run; returns (store root, result)."""
+def sweeps(run_dag, mlflow_uri, tmp_path_factory):
+    """The sweep on the fsspec store, then on MLflow: (connections env, fsspec root, {kind: result})."""
     root = tmp_path_factory.mktemp("compare-store")
     env = {
         "AIRFLOW_CONN_TORCHX_DEFAULT": json.dumps(
-            {
-                "conn_type": "torchx",
-                "extra": {"scheduler": "local_cwd", "trackers": ["cmp_fs"], "prices": PRICES},
-            }
+            {"conn_type": "torchx", "extra": {"scheduler": "local_cwd", "prices": PRICES}}
         ),
         "AIRFLOW_CONN_CMP_FS": json.dumps({"conn_type": "torchx_fsspec", "extra": {"root": str(root)}}),
+        "AIRFLOW_CONN_CMP_MLFLOW": json.dumps(
+            {"conn_type": "mlflow", "host": mlflow_uri, "extra": {"experiment": "compare-sweep"}}
+        ),
     }
-    result = run_dag("tx_compare_sweep", env=env, timeout=600)
-    assert result.returncode == 0, result.output[-4000:]
-    assert all(state == "success" for state in result.states.values()), result.states
-    return env, root, result
+    results = {}
+    for kind, trackers in (("mlflow", "cmp_mlflow"), ("fsspec", "cmp_fs")):  # the fsspec run is the latest
+        result = run_dag("tx_compare_sweep", conf={"trackers": trackers}, env=env, timeout=600)
+        assert result.returncode == 0, result.output[-4000:]
+        assert all(state == "success" for state in result.states.values()), result.states
+        results[kind] = result
+    return env, root, results
+
+
+@pytest.fixture(scope="module")
+def sweep(sweeps):
+    """The fsspec sweep: (connections env, store root, result)."""
+    env, root, results = sweeps
+    return env, root, results["fsspec"]
 
 
 def _xcom_denier():
@@ -118,13 +129,16 @@ def _keys(result) -> list[str]:
     return [f"{result.run_id}/{i}" for i in range(len(LEARNING_RATES))]
 
 
-def test_json_shows_exactly_the_metrics_the_jobs_logged(sweep, client):
+@pytest.mark.parametrize("kind", ["fsspec", "mlflow"])
+def test_json_shows_exactly_the_metrics_the_jobs_logged(sweeps, client, mlflow_uri, kind):
     from torchx_airflow_tracker.fsspec_store import FsspecStore
+    from torchx_airflow_tracker.mlflow_store import MlflowStore
 
-    _, root, result = sweep
+    _, root, results = sweeps
+    result = results[kind]
     data = _compare(client, result, show=_keys(result))
     assert [run["map_index"] for run in data["runs"]] == list(range(8))
-    store = FsspecStore(str(root))
+    store = FsspecStore(str(root)) if kind == "fsspec" else MlflowStore(mlflow_uri, "compare-sweep")
     for run, lr in zip(data["runs"], LEARNING_RATES, strict=True):
         handle = result.xcom("train", "torchx_run_id", map_index=run["map_index"])
         assert run["torchx_run_id"] == handle and run["state"] == "SUCCEEDED"
@@ -133,8 +147,13 @@ def test_json_shows_exactly_the_metrics_the_jobs_logged(sweep, client):
         assert run["metrics"] == {"train_loss": lr / EPOCHS, "val_loss": lr / (EPOCHS + 1), "epochs": EPOCHS}
         assert data["series"][run["key"]] == {"train_loss": curve}
         written = store.metadata(handle)
-        assert written["torchx_metrics"]["series"]["train_loss"] == curve
         assert (written["val_loss"], written["epochs"]) == (run["metrics"]["val_loss"], EPOCHS)
+        if kind == "fsspec":
+            assert written["torchx_metrics"]["series"]["train_loss"] == curve
+        else:
+            mlflow_id = store.mlflow_run_id(handle)
+            history = store.client.get_metric_history(mlflow_id, "train_loss")
+            assert sorted([m.step, m.value] for m in history) == curve
         # what it cost, and how it ran
         task_result = result.xcom("train", map_index=run["map_index"])
         assert run["elapsed_s"] == task_result["usage"]["elapsed_s"] > 0
@@ -148,7 +167,8 @@ def test_json_shows_exactly_the_metrics_the_jobs_logged(sweep, client):
     assert "env.SEED" in data["params"] and "args" in data["params"]
     assert "env.SWEEP_API_KEY" not in data["params"]
     assert data["runs"][3]["params"]["env.SEED"] == "3"
-    assert data["metric"] == "train_loss" and data["trackers"] == ["cmp_fs"]
+    assert data["metric"] == "train_loss"
+    assert data["trackers"] == ["cmp_fs" if kind == "fsspec" else "cmp_mlflow"]
 
 
 def test_sorted_by_a_metric(sweep, client):
@@ -176,16 +196,25 @@ def test_diff_of_two_submitted_apps(sweep, client):
     assert lines["resource.cpu"]["same"]
 
 
-def test_last_runs_of_the_task_across_dag_runs(sweep, client):
-    _, _, result = sweep
+def test_last_runs_of_the_task_across_dag_runs(sweeps, client):
+    _, _, results = sweeps
     reply = client.get(
         "/torchx/api/compare/tx_compare_sweep",
-        params={"task_id": "train", "last": 5},
+        params={"task_id": "train", "last": 10},
         headers=_token(client, "admin"),
     )
     assert reply.status_code == 200, reply.text
     data = reply.json()
-    assert len(data["runs"]) == 5 and data["rows_not_shown"] >= 3 and data["dag_run_id"] is None
+    assert data["dag_run_id"] is None and len(data["runs"]) == 10 and data["rows_not_shown"] == 6
+    # the newest DAG run first, then the MLflow sweep's first map indexes; metrics from both stores
+    newest, older = results["fsspec"].run_id, results["mlflow"].run_id
+    assert [(r["dag_run_id"], r["map_index"]) for r in data["runs"]] == [
+        *[(newest, i) for i in range(8)],
+        (older, 0),
+        (older, 1),
+    ]
+    assert data["runs"][8]["metrics"]["val_loss"] == LEARNING_RATES[0] / (EPOCHS + 1)
+    assert sorted(data["trackers"]) == ["cmp_fs", "cmp_mlflow"]
 
 
 def test_a_user_without_xcom_access_gets_403(sweep, client):
@@ -242,7 +271,7 @@ def test_curves_and_diff_render_in_chromium(sweep, client):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page = browser.new_page(viewport={"width": 1000, "height": 800})  # the docs' width
             page.route(f"{base}/**", serve)
             page.goto(f"{base}{_path(result, api=False)}?{query}")
             curves = page.locator("svg.curves polyline.curve")
@@ -252,6 +281,13 @@ def test_curves_and_diff_render_in_chromium(sweep, client):
             assert page.locator("table.diff tr.differs").count() >= 2
             header = page.locator("table.runs th").first.evaluate("e => getComputedStyle(e).position")
             assert header == "sticky"  # compare.css was served and applied
+            # the documentation's copy names the checkout <repo> (the page shows the job's own path)
+            page.evaluate(
+                """repo => { const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+                   while (walk.nextNode()) walk.currentNode.nodeValue =
+                       walk.currentNode.nodeValue.split(repo).join("<repo>"); }""",
+                str(REPO),
+            )
             page.screenshot(path=SHOTS / "comparison-view.png", full_page=True)
         finally:
             browser.close()

@@ -151,9 +151,11 @@ class Comparison:
 
     @property
     def differing_params(self) -> list[str]:
-        """Parameter names whose value is not the same in every row (missing counts as a value)."""
-        names = sorted({name for row in self.rows for name in row.params})
-        return [name for name in names if len({row.params.get(name) for row in self.rows}) > 1]
+        """Parameter names whose value is not the same in every row that has parameters (missing
+        counts as a value; a row without any, a task that never submitted, is left out)."""
+        rows = [row for row in self.rows if row.params]
+        names = sorted({name for row in rows for name in row.params})
+        return [name for name in names if len({row.params.get(name) for row in rows}) > 1]
 
     @property
     def metric_names(self) -> list[str]:
@@ -330,27 +332,37 @@ def load_comparison(
     run_ids = sorted({ti.run_id for ti in instances})
     xcoms = xcom_values(session, dag_id, run_ids, (*XCOM_KEYS, XCOM_SUBMITTED_APP))
     rendered = _rendered_fields(session, dag_id, task_id, run_ids)
-    rows, tracked = [], []
+    comparison = Comparison(dag_id, task_id, dag_run_id, [], rows_not_shown=not_shown)
+    fill_comparison(comparison, instances, xcoms, rendered, lineage_prefix, open_store)
+    return comparison
+
+
+def fill_comparison(
+    comparison: Comparison,
+    instances: Iterable[Any],
+    xcoms: Mapping[tuple[str, str, int], Mapping[str, Any]],
+    rendered: Mapping[tuple[str, int], Mapping[str, Any]],
+    lineage_prefix: str,
+    open_store: Callable[[Sequence[str]], TrackerBase],
+) -> None:
+    """The rows of ``instances`` (``run_id``, ``map_index``, ``state``, ``try_number``, ``duration``)
+    from their XComs and rendered fields, then their final metrics from their stores."""
+    dag_id, task_id = comparison.dag_id, comparison.task_id
+    tracked = []
     for ti in instances:
         pushed = xcoms.get((ti.run_id, task_id, ti.map_index), {})
         fields = rendered.get((ti.run_id, ti.map_index), {})
         row = _row(dag_id, task_id, ti, pushed, fields, lineage_prefix)
-        rows.append(row)
+        comparison.rows.append(row)
         if row.torchx_run_id:
-            seed = seed_of(dag_id, ti.run_id, task_id, ti.map_index, ti.state, pushed)
-            tracked.append(
-                (
-                    row,
-                    TrackedTask(
-                        seed=seed,
-                        tracker_conn_ids=conn_ids_of(fields.get("tracker_conn_ids")),
-                        torchx_conn_id=str(fields.get("torchx_conn_id") or DEFAULT_TORCHX_CONN_ID),
-                    ),
-                )
+            seed = seed_of(dag_id, ti.run_id, task_id, ti.map_index, ti.state, dict(pushed))
+            task = TrackedTask(
+                seed=seed,
+                tracker_conn_ids=conn_ids_of(fields.get("tracker_conn_ids")),
+                torchx_conn_id=str(fields.get("torchx_conn_id") or DEFAULT_TORCHX_CONN_ID),
             )
-    comparison = Comparison(dag_id, task_id, dag_run_id, rows, rows_not_shown=not_shown)
+            tracked.append((row, task))
     _read_metrics(comparison, tracked, open_store)
-    return comparison
 
 
 def _row(

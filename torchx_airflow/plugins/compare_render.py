@@ -18,6 +18,7 @@ from torchx_airflow.plugins.text import link_target
 PLOT_W, PLOT_H = 760, 300
 MARGIN_L, MARGIN_R, MARGIN_T, MARGIN_B = 64, 16, 14, 36
 TICKS = 5
+PARAM_WIDTH = 48  # characters of a parameter shown in the table (the diff shows it whole)
 PALETTE = (
     "#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c",
     "#0891b2", "#be185d", "#4d7c0f", "#7c3aed", "#b45309", "#0f766e", "#475569",
@@ -57,7 +58,8 @@ def _query(base: Mapping[str, Any], **changes: Any) -> str:
     return "?" + urlencode(pairs)
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, width: int = 0) -> str:
+    """A table cell; ``width``: texts longer than that are cut in the middle (whole in the tooltip)."""
     if value is None:
         return '<td class="none">–</td>'
     if isinstance(value, bool):
@@ -67,12 +69,20 @@ def _cell(value: Any) -> str:
     return f"<td>{_esc(value)}</td>"
 
 
-def _row_values(run: Mapping[str, Any]) -> dict[str, Any]:
+def run_label(run: Mapping[str, Any], one_dag_run: bool) -> str:
+    """``[3]`` for map index 3 when every row is of one DAG run; else the DAG run id too."""
+    index = f"[{run['map_index']}]" if run["map_index"] >= 0 else ""
+    if one_dag_run:
+        return index or str(run["dag_run_id"])
+    return f"{run['dag_run_id']} {index}".rstrip()
+
+
+def _row_values(run: Mapping[str, Any], one_dag_run: bool) -> dict[str, Any]:
     usage = run.get("usage") or {}
     gpu = usage.get("gpu_hours") or {}
     cost = run.get("cost")
     return {
-        "run": run["dag_run_id"] if run["map_index"] < 0 else f"{run['dag_run_id']} [{run['map_index']}]",
+        "run": run_label(run, one_dag_run),
         "state": run.get("state") or run.get("task_state"),
         "attempts": run.get("attempts"),
         "elapsed_s": run.get("elapsed_s"),
@@ -119,14 +129,14 @@ def render_table(data: Mapping[str, Any], query: Mapping[str, Any], promote_url:
     params, metrics = data["params"], data["metrics"]
     heads = ['<th title="plot">Plot</th><th title="diff: left">A</th><th title="diff: right">B</th>']
     heads += [_header(column, title, data, query) for column, title in FIXED_HEADERS]
-    heads += [_header(f"param:{name}", name, data, query) for name in params]
     heads += [_header(f"metric:{name}", name, data, query) for name in metrics]
+    heads += [_header(f"param:{name}", name, data, query) for name in params]
     heads += ["<th>Lineage</th><th>Promote</th>"]
     selected, diff = set(data["selected"]), data.get("diff") or {}
     body = []
     for run in data["runs"]:
         key = run["key"]
-        values = _row_values(run)
+        values = _row_values(run, bool(data["dag_run_id"]))
         state = values["state"] or ""
         check = " checked" if key in selected else ""
         picks = (
@@ -138,8 +148,8 @@ def render_table(data: Mapping[str, Any], query: Mapping[str, Any], promote_url:
         )
         cells = [_cell(values[column]) for column, _ in FIXED_HEADERS]
         cells[1] = f'<td><span class="state {STATE_CLASS.get(state, "")}">{_esc(state or "–")}</span></td>'
-        cells += [_cell(run["params"].get(name)) for name in params]
         cells += [_cell(run["metrics"].get(name)) for name in metrics]
+        cells += [_cell(run["params"].get(name), PARAM_WIDTH) for name in params]
         lineage = run["links"].get("lineage", "")
         link = f'<a href="{_esc(lineage)}">lineage</a>' if link_target(lineage) == "_top" else "–"
         body.append(
@@ -253,7 +263,7 @@ def render_compare_page(
         if data["dag_run_id"]
         else f"last {len(data['runs'])} runs across DAG runs"
     )
-    labels = {run["key"]: _row_values(run)["run"] for run in data["runs"]}
+    labels = {run["key"]: run_label(run, bool(data["dag_run_id"])) for run in data["runs"]}
     metric_options = "".join(
         f'<option value="{_esc(name)}"{" selected" if name == data["metric"] else ""}>{_esc(name)}</option>'
         for name in data["series_metrics"]
