@@ -36,6 +36,7 @@ if [ -n "$trains" ]; then
   # shellcheck disable=SC2086 # one argument per handle
   python "$(dirname "$0")/demo_compare.py" "$store" $trains
   echo
-  echo "In the UI (make up, then http://localhost:8080): DAG $dag > a run > the TorchX tabs show these"
-  echo "runs side by side and their lineage; the asset model://torchx_pipeline/promoted lists the promotion."
+  echo "In the UI (make up, then http://localhost:8080): DAG $dag > a run > task train > the"
+  echo "'TorchX compare' tab shows these runs side by side (curves, diff, a Promote button per row);"
+  echo "Assets > model://torchx_pipeline/promoted lists the promotion, torchx_promoted_model deploys it."
 fi
