@@ -66,7 +66,7 @@ class TorchXPromoteOperator(BaseOperator):
     The task runs once the upstream task is done (``trigger_rule="all_done"``): runs that failed
     are left out, and the task fails only when no run SUCCEEDED. Pass ``trigger_rule="all_success"``
     to promote only when every run succeeded. ``runs_of``, ``objective``, ``mode`` and ``artifact``
-    are template fields; keep them literal for the lineage view's manual promotion to use them.
+    are template fields; keep them literal for the comparison view's manual promotion to use them.
     """
 
     template_fields: Sequence[str] = ("runs_of", "objective", "mode", "artifact")
