@@ -159,9 +159,11 @@ class Comparison:
 
     @property
     def metric_names(self) -> list[str]:
+        """Every final metric's name, in any row."""
         return sorted({name for row in self.rows for name in row.metrics})
 
     def row(self, key: str) -> CompareRow | None:
+        """The row of ``key`` (``<DAG run id>/<map index>``), or None."""
         return next((row for row in self.rows if row.key == key), None)
 
     def sort(self, column: str, descending: bool = False) -> None:
@@ -185,18 +187,21 @@ class Comparison:
         )
 
 
-def _sort_key(value: Any) -> Any:
-    # numbers before texts, so a column of mixed values still sorts
-    if isinstance(value, bool):
-        return (0, int(value), "")
-    if isinstance(value, int | float):
-        return (0, value, "")
+def _sort_key(value: Any) -> tuple[int, float, str, tuple[Any, ...]]:
+    """Numbers (and texts that are numbers, as a parameter ``"0.01"``) first by value, then texts,
+    then (DAG run, map index) pairs, so a column of mixed values still sorts."""
     if isinstance(value, tuple):
-        return (1, 0, json.dumps(value))
-    return (1, 0, str(value))
+        return (2, 0.0, "", value)
+    if isinstance(value, bool | int | float):
+        return (0, float(value), "", ())
+    try:
+        return (0, float(str(value)), "", ())
+    except ValueError:
+        return (1, 0.0, str(value), ())
 
 
 def row_key(dag_run_id: str, map_index: int) -> str:
+    """A row's id in queries (``show``, ``a``, ``b``): ``<DAG run id>/<map index>``."""
     return f"{dag_run_id}/{map_index}"
 
 

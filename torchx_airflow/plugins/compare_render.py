@@ -128,8 +128,9 @@ def render_table(data: Mapping[str, Any], query: Mapping[str, Any], promote_url:
     """The runs table; the curve and diff choices are inputs of the page's GET form ``pick``."""
     params, metrics = data["params"], data["metrics"]
     heads = ['<th title="plot">Plot</th><th title="diff: left">A</th><th title="diff: right">B</th>']
-    heads += [_header(column, title, data, query) for column, title in FIXED_HEADERS]
-    heads += [_header(f"metric:{name}", name, data, query) for name in metrics]
+    # run and state, then what the runs are judged by, then what they cost, then what differed
+    fixed = [_header(column, title, data, query) for column, title in FIXED_HEADERS]
+    heads += fixed[:2] + [_header(f"metric:{name}", name, data, query) for name in metrics] + fixed[2:]
     heads += [_header(f"param:{name}", name, data, query) for name in params]
     heads += ["<th>Lineage</th><th>Promote</th>"]
     selected, diff = set(data["selected"]), data.get("diff") or {}
@@ -148,7 +149,7 @@ def render_table(data: Mapping[str, Any], query: Mapping[str, Any], promote_url:
         )
         cells = [_cell(values[column]) for column, _ in FIXED_HEADERS]
         cells[1] = f'<td><span class="state {STATE_CLASS.get(state, "")}">{_esc(state or "–")}</span></td>'
-        cells += [_cell(run["metrics"].get(name)) for name in metrics]
+        cells[2:2] = [_cell(run["metrics"].get(name)) for name in metrics]
         cells += [_cell(run["params"].get(name), PARAM_WIDTH) for name in params]
         lineage = run["links"].get("lineage", "")
         link = f'<a href="{_esc(lineage)}">lineage</a>' if link_target(lineage) == "_top" else "–"

@@ -122,3 +122,10 @@ def test_curves_scale_to_the_plot_and_a_single_point_is_a_dot():
     assert svg.count("<polyline") == 2 and svg.count("<circle") == 1
     assert 'points="64.0,14.0 744.0,264.0"' in svg  # first point top-left, last bottom-right
     assert "No selected run" in render_curves({}, {}, "loss")
+
+
+def test_sort_keys_order_numbers_texts_and_runs():
+    from torchx_airflow.plugins.compare import _sort_key
+
+    values = ["10", "2", "b", "a", 0.5, True, ("r", 10), ("r", 2)]
+    assert sorted(values, key=_sort_key) == [0.5, True, "2", "10", "a", "b", ("r", 2), ("r", 10)]
