@@ -50,6 +50,11 @@ ALLOWED_INTERNAL = {
     # fields and XComs, and serves its pages with the lineage view's session dependency.
     ("plugins/compare.py", "airflow.models"): "comparison view: reads the metadata DB in the API server",
     ("plugins/compare_routes.py", "airflow.api_fastapi"): "comparison view: routes of the plugin's app",
+    # Manual promotion (the same plugin) finds the DAG's promote task in its serialized DAG, the run's
+    # result in XCom and the asset's latest event, checks that the caller may edit the DAG, and
+    # registers the event through the machinery of Airflow's POST /api/v2/assets/events.
+    ("plugins/promotion.py", "airflow.models"): "manual promotion: reads the metadata DB in the API server",
+    ("plugins/promotion.py", "airflow.api_fastapi"): "manual promotion: a route of the plugin's app",
     # Operator links run in the API server and read the URL their task pushed to XCom. The Task SDK
     # exports no XCom reader for them; apache-airflow-providers-common-compat's ``sdk.XCom`` is this
     # same class on Airflow 3.

@@ -176,8 +176,8 @@ def emit_once(session: Session, user: Any, spec: PromoteSpec, extra: dict[str, A
     """
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.assets.manager import asset_manager
-    from airflow.configuration import conf
     from airflow.models.asset import AssetModel
+    from airflow.sdk.configuration import conf
 
     asset = session.scalar(
         select(AssetModel).where(AssetModel.uri == spec.asset_uri).with_for_update().limit(1)
