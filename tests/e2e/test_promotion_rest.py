@@ -60,7 +60,8 @@ def _events(stack: AirflowStack) -> list[dict]:
             return stack.api("GET", path)["asset_events"]
         except urllib.error.HTTPError as e:
             # Airflow's listing answers 500 while a DAG run an event created is queued: the run's
-            # start_date is still None and its response model requires one. The run starts soon.
+            # start_date is still None and its response model requires one (apache/airflow issue
+            # 71360). The run starts within seconds.
             if e.code != 500:
                 raise
             return None
