@@ -1,12 +1,15 @@
 """
-### TorchX pipeline: prepare → train (one PyTorch DDP app per learning rate) → evaluate, with lineage for free
+### TorchX pipeline: prepare → train (a DDP app per learning rate) → evaluate and promote, lineage for free
 
 `prepare` writes a small synthetic dataset; `train` trains a tiny PyTorch MLP on it with
 DistributedDataParallel through TorchX's `dist.ddp` component (2 processes: gloo on CPU, NCCL when
-a GPU is present), one app per learning rate; `evaluate` loads every trained model and picks the best.
+a GPU is present), one app per learning rate; `evaluate` loads every trained model and picks the best;
+`promote` (`TorchXPromoteOperator`) promotes the train run with the lowest final `loss` to the asset
+`model://torchx_pipeline/promoted`, on which `dags/torchx_promoted_model.py` is scheduled.
 The job scripts are in `dags/jobs/`. Each calls TorchX's own `AppRun.run_from_env()` (every rank of
-a train app does) to record metadata (learning rate, loss) and artifacts (data, model, report), and
-the train apps log their loss per epoch as MLflow metrics when an MLflow tracker is configured.
+a train app does) to record metadata (learning rate) and artifacts (data, model, report), and the
+train apps log their loss per epoch (`train_loss`) and at the end (`loss`) with
+`torchx_airflow_tracker.metrics`: MLflow metrics on an MLflow tracker, metadata on an fsspec store.
 Where all this lands is decided by Airflow: the `trackers` of the `torchx_default` connection
 (an fsspec store and an MLflow server, for example).
 
@@ -27,6 +30,7 @@ from pathlib import Path
 import pendulum
 from airflow.sdk import DAG, Asset, AssetAlias, Param, task
 
+from torchx_airflow.operators.promote import TorchXPromoteOperator
 from torchx_airflow.operators.torchx import TorchXOperator
 
 JOBS = Path(__file__).resolve().parent / "jobs"
@@ -42,6 +46,8 @@ MODELS = (
 # every trained model, at paths known only at run time, and the model evaluate picks as the best.
 TRAINED_MODELS = AssetAlias("torchx_pipeline_models")
 BEST_MODEL = Asset("model://torchx_pipeline/best")
+# The train run with the lowest final loss (dags/torchx_promoted_model.py is scheduled on it).
+PROMOTED_MODEL = Asset("model://torchx_pipeline/promoted")
 
 # Every step: a job script run by utils.python, on the scheduler the run's params name.
 STEP = {
@@ -158,5 +164,15 @@ with DAG(
         **STEP,
     )
 
+    # the best grid point by its final training loss; failed grid points are left out
+    promote = TorchXPromoteOperator(
+        task_id="promote",
+        runs_of="train",
+        objective="loss",
+        mode="min",
+        artifact="model",
+        asset=PROMOTED_MODEL,
+    )
+
     prepare >> args
-    train >> evaluate
+    train >> [evaluate, promote]

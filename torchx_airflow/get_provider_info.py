@@ -35,7 +35,11 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": integration,
-                "python-modules": ["torchx_airflow.operators.torchx", "torchx_airflow.operators.dryrun"],
+                "python-modules": [
+                    "torchx_airflow.operators.torchx",
+                    "torchx_airflow.operators.dryrun",
+                    "torchx_airflow.operators.promote",
+                ],
             }
         ],
         "task-decorators": [{"name": "torchx", "class-name": "torchx_airflow.decorators.torchx.torchx_task"}],

@@ -6,8 +6,9 @@ Launched by TorchX's ``dist.ddp`` component, which starts one process per rank w
         --data data.csv --lr 0.2 --epochs 10 --out /tmp/train
 
 gloo on CPU, NCCL when every rank has a GPU. Every rank records itself with ``AppRun.run_from_env()``;
-rank 0 also records the loss, the model artifact and, when the job has an MLflow tracker
-(``MLFLOW_TRACKING_URI`` is set), the loss of every epoch as an MLflow metric with its step.
+rank 0 also records the model artifact. The loss of every epoch is a step metric ``train_loss`` and
+the model's loss the final metric ``loss`` (``torchx_airflow_tracker.metrics``: every rank calls
+it, rank 0 writes, to every tracker of the job: MLflow metrics on an MLflow store).
 
 Rank 0 saves a checkpoint after every epoch (``checkpoint.pt`` in ``--out``, recorded as artifact
 ``checkpoint`` with its epoch). A job the cluster ended (a node failure, a preemption) is resubmitted
@@ -29,27 +30,10 @@ from model import load_data, make_model, mse  # the job's own directory is on sy
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from torchx.tracker.api import AppRun
+from torchx_airflow_tracker.metrics import log_final_metrics, log_metrics
 
-RUN_ID_TAG = "torchx.run_id"  # how the MLflow tracker names the run of a TorchX app
 RESUME_FROM = "TORCHX_AIRFLOW_RESUME_FROM"  # set by TorchXOperator when it resubmits this job
 ATTEMPT = "TORCHX_AIRFLOW_ATTEMPT"
-
-
-def mlflow_run(job_id: str) -> tuple[object, str] | None:
-    """``(client, run_id)`` of this app's MLflow run, when the job has an MLflow tracker; else None.
-
-    The tracker keeps one run per app, tagged with the app handle; the earliest one is the one it
-    keeps when several ranks create it at once.
-    """
-    if not os.environ.get("MLFLOW_TRACKING_URI"):
-        return None
-    from mlflow import MlflowClient  # noqa: TID251 - runs in the job, never at parse time
-
-    client = MlflowClient()
-    experiments = [e.experiment_id for e in client.search_experiments()]
-    runs = client.search_runs(experiments, filter_string=f"tags.`{RUN_ID_TAG}` = '{job_id}'")
-    runs = sorted(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id))
-    return (client, runs[0].info.run_id) if runs else None
 
 
 def device_and_backend() -> tuple[torch.device, str]:
@@ -136,7 +120,6 @@ def main() -> None:
         f"rank {rank}/{world}: {len(sampler)} samples, backend {backend}, device {device}, host {host}",
         flush=True,
     )
-    metrics = mlflow_run(run.id) if rank == 0 else None
     out = Path(args.out)
 
     for epoch in range(first_epoch, args.epochs + 1):
@@ -151,11 +134,9 @@ def main() -> None:
             totals += torch.stack([loss.detach() * len(xb), torch.tensor(float(len(xb)), device=device)])
         dist.all_reduce(totals)  # the epoch's loss over every rank's samples
         epoch_loss = float(totals[0] / totals[1])
+        log_metrics(epoch, train_loss=epoch_loss)  # every rank calls it; rank 0 writes the point
         if rank == 0:
             print(f"epoch {epoch}/{args.epochs} lr={args.lr} loss={epoch_loss:.5f}", flush=True)
-            if metrics is not None:
-                client, mlflow_run_id = metrics
-                client.log_metric(mlflow_run_id, "train_loss", epoch_loss, step=epoch)
             save_checkpoint(run, model, optimizer, epoch, out)
         time.sleep(args.epoch_seconds)
 
@@ -165,7 +146,8 @@ def main() -> None:
         out.mkdir(parents=True, exist_ok=True)
         path = out / "model.pt"
         torch.save({"state_dict": net.state_dict(), "lr": args.lr, "epochs": args.epochs}, path)
-        run.add_metadata(lr=args.lr, epochs=args.epochs, loss=loss)
+        run.add_metadata(lr=args.lr, epochs=args.epochs)
+        log_final_metrics(loss=loss)  # what TorchXPromoteOperator compares the runs by
         run.add_artifact("model", str(path), {"format": "torch", "lr": args.lr})
         print(f"model loss={loss:.5f} -> {path}", flush=True)
     dist.barrier()

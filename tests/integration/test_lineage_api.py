@@ -429,7 +429,7 @@ def test_the_drawing_escapes_text_and_links_only_what_a_browser_opens(tmp_path):
 def test_a_cache_hit_is_drawn_as_cached_from_the_earlier_run(tmp_path):
     from torchx_airflow_tracker.fsspec_store import FsspecStore
 
-    from torchx_airflow.plugins.airflow_runs import _seed
+    from torchx_airflow.plugins.airflow_runs import seed_of
     from torchx_airflow.plugins.graph import build_graph
     from torchx_airflow.plugins.render import render_page
 
@@ -440,7 +440,7 @@ def test_a_cache_hit_is_drawn_as_cached_from_the_earlier_run(tmp_path):
     store.add_metadata(later_hit, airflow_dag_id="d2", airflow_run_id="r3", airflow_task_id="score",
                        airflow_cached_from="slurm://torchx/score-0")  # fmt: skip
     result = {"state": "SUCCEEDED", "cache_hit": True, "cached_from": earlier, "app_handle": earlier}
-    seed = _seed("d", "r2", "train", -1, "success", {"torchx_run_id": hit, "return_value": result})
+    seed = seed_of("d", "r2", "train", -1, "success", {"torchx_run_id": hit, "return_value": result})
     graph = build_graph([(store, [seed])], depth=2)
     runs = {run["id"]: run for run in graph.to_dict()["runs"]}
     assert runs[hit]["cached_from"] == earlier and runs[later_hit]["cached_from"] == "slurm://torchx/score-0"

@@ -72,6 +72,7 @@ def test_pipeline_succeeds_with_the_triggered_params(pipeline_run):
         "train[0]": "success",
         "train[1]": "success",
         "evaluate": "success",
+        "promote": "success",
     }
     # the jobs got the conf's values: 60 rows, two learning rates, 7 epochs
     assert result.xcom("prepare")["metadata"]["rows"] == 60
@@ -105,6 +106,24 @@ def test_pipeline_loss_per_epoch_is_an_mlflow_metric_with_steps(pipeline_run, ml
         history = client.get_metric_history(stores["mlflow"].mlflow_run_id(handle), "train_loss")
         assert sorted(m.step for m in history) == list(range(1, 8))
         assert all(m.value > 0 for m in history)
+
+
+def test_pipeline_promotes_the_train_run_with_the_lowest_final_loss(pipeline_run):
+    from torchx_airflow.lineage.metrics import final_metrics, metric_series
+
+    result, stores, _ = pipeline_run
+    handles = [result.xcom("train", key="app_handle", map_index=i) for i in (0, 1)]
+    losses = {handle: final_metrics(stores["fsspec"], handle)["loss"] for handle in handles}
+    best = min(handles, key=lambda handle: (losses[handle], handles.index(handle)))
+    promoted = result.xcom("promote")
+    assert (promoted["app_handle"], promoted["value"], promoted["objective"]) == (best, losses[best], "loss")
+    model = result.xcom("train", map_index=handles.index(best))["artifacts"]["model"]["path"]
+    assert promoted["path"] == model
+    for name, store in stores.items():  # recorded on the promoted run only, in every tracker
+        assert store.metadata(best)["airflow_promoted"]["asset"] == "model://torchx_pipeline/promoted", name
+        assert all("airflow_promoted" not in store.metadata(h) for h in handles if h != best), name
+        # the per-epoch loss the job logged with the metrics API, read back as a curve
+        assert [step for step, _ in metric_series(store, best)["train_loss"]] == list(range(1, 8)), name
 
 
 def test_evaluate_loads_the_trained_models(pipeline_run):

@@ -99,6 +99,7 @@ PROBE = textwrap.dedent(
         "source": str(plugin.source),
         "views": [v["destination"] for v in plugin.external_views],
         "css": client.get("/torchx/static/lineage.css").text,
+        "compare_css_status": client.get("/torchx/static/compare.css").status_code,
         "js_status": client.get("/torchx/static/lineage.js").status_code,
         "page_status": client.get("/torchx/lineage/some_dag/some_run").status_code,
     }))
@@ -125,7 +126,7 @@ def test_plugin_and_its_assets_work_from_the_built_wheels(wheel_venv, tmp_path):
     # imported from the fresh venv's own site-packages, not from the checkout
     assert all(str(wheel_venv) in path for path in probe["files"]), probe["files"]
     assert "torchx-airflow" in probe["source"] and "torchx_lineage" in probe["source"]
-    assert probe["views"] == ["dag_run", "task_instance"]
+    assert probe["views"] == ["dag_run", "task_instance", "task_instance"]  # lineage twice, compare
     assert probe["css"] == (REPO / "torchx_airflow" / "plugins" / "static" / "lineage.css").read_text()
-    assert probe["js_status"] == 200
+    assert probe["js_status"] == probe["compare_css_status"] == 200
     assert probe["page_status"] == 401  # the page itself needs a logged-in user

@@ -17,6 +17,7 @@ def test_importing_operators_loads_no_scheduler_or_backend_library():
         "import json, sys\n"
         "import torchx_airflow.operators.torchx, torchx_airflow.sensors.torchx, torchx_airflow.hooks.torchx\n"
         "import torchx_airflow.hooks.tracker, torchx_airflow.tracking, torchx_airflow.lineage.edges\n"
+        "import torchx_airflow.operators.promote\n"
         "print(json.dumps(sorted(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout

@@ -46,6 +46,15 @@ ALLOWED_INTERNAL = {
     # The view checks a run of another DAG against that DAG's team (DagModel), as Airflow's own
     # endpoints do before answering for a DAG.
     ("plugins/app.py", "airflow.models"): "lineage view: the team of another DAG, in the API server",
+    # The comparison view (the same plugin) reads a task's instances across DAG runs, their rendered
+    # fields and XComs, and serves its pages with the lineage view's session dependency.
+    ("plugins/compare.py", "airflow.models"): "comparison view: reads the metadata DB in the API server",
+    ("plugins/compare_routes.py", "airflow.api_fastapi"): "comparison view: routes of the plugin's app",
+    # Manual promotion (the same plugin) finds the DAG's promote task in its serialized DAG, the run's
+    # result in XCom and the asset's latest event, checks that the caller may edit the DAG, and
+    # registers the event through the machinery of Airflow's POST /api/v2/assets/events.
+    ("plugins/promotion.py", "airflow.models"): "manual promotion: reads the metadata DB in the API server",
+    ("plugins/promotion.py", "airflow.api_fastapi"): "manual promotion: a route of the plugin's app",
     # Operator links run in the API server and read the URL their task pushed to XCom. The Task SDK
     # exports no XCom reader for them; apache-airflow-providers-common-compat's ``sdk.XCom`` is this
     # same class on Airflow 3.

@@ -10,6 +10,8 @@ XCOM_RUN_ID = "torchx_run_id"
 #: the scheduler's UI page of the app, and the tracker's page of the run (extra links)
 XCOM_UI_URL = "ui_url"
 XCOM_TRACKER_URL = "tracker_url"
+#: what the task submitted (``lineage.submitted``): scheduler, run options, roles; secrets masked
+XCOM_SUBMITTED_APP = "torchx_app"
 #: the cache key of the run the task waits on (also in the task's state store)
 XCOM_CACHE_KEY = "torchx_cache_key"
 
@@ -24,3 +26,5 @@ CACHE_KEY_KEY = f"{METADATA_PREFIX}cache_key"
 #: what the run used and cost (``policies.cost``)
 USAGE_KEY = "torchx_usage"
 COST_KEY = "torchx_cost"
+#: a promoted run: the asset it was promoted to, by which DAG run or user, with the objective's value
+PROMOTED_KEY = f"{METADATA_PREFIX}promoted"

@@ -1,8 +1,9 @@
 """The TorchX lineage view: an Airflow plugin shipped with the provider.
 
 Registered through the ``airflow.plugins`` entry point. It adds a FastAPI app to the API server
-(``fastapi_apps``) and two tabs to the UI (``external_views``): "TorchX lineage" on a DAG run's page
-and on a task instance's page, showing the graph of the run's TorchX runs and tracker artifacts.
+(``fastapi_apps``) and tabs to the UI (``external_views``): "TorchX lineage" on a DAG run's page
+and on a task instance's page, showing the graph of the run's TorchX runs and tracker artifacts, and
+"TorchX compare" on a task instance's page, comparing the task's runs in the DAG run.
 
 Airflow loads plugins in every process, DAG processor and task workers included, so this module
 imports nothing but the plugin base class: the app (FastAPI, the tracker stores, SQLAlchemy
@@ -17,6 +18,7 @@ from airflow.sdk.plugins_manager import AirflowPlugin
 
 URL_PREFIX = "/torchx"
 VIEW_NAME = "TorchX lineage"
+COMPARE_VIEW_NAME = "TorchX compare"
 ICON = f"{URL_PREFIX}/static/lineage.svg"
 
 
@@ -52,6 +54,14 @@ class TorchXLineagePlugin(AirflowPlugin):
             "href": f"{URL_PREFIX}/lineage/{{DAG_ID}}/{{RUN_ID}}?task_id={{TASK_ID}}&map_index={{MAP_INDEX}}",
             "destination": "task_instance",
             "url_route": "torchx-lineage-task",
+            "icon": ICON,
+        },
+        {
+            # every run of the task in this DAG run (a sweep's map indexes), compared
+            "name": COMPARE_VIEW_NAME,
+            "href": f"{URL_PREFIX}/compare/{{DAG_ID}}/{{RUN_ID}}?task_id={{TASK_ID}}",
+            "destination": "task_instance",
+            "url_route": "torchx-compare-task",
             "icon": ICON,
         },
     ]

@@ -68,7 +68,8 @@ def task_url(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str
     return path if map_index < 0 else f"{path}/mapped/{map_index}"
 
 
-def _xcom_values(session: Session, dag_id: str, run_ids: Iterable[str], keys: Sequence[str]) -> dict:
+def xcom_values(session: Session, dag_id: str, run_ids: Iterable[str], keys: Sequence[str]) -> dict:
+    """``{(run id, task id, map index): {key: value}}`` of the DAG runs' XComs ``keys``, one query."""
     from airflow.models.xcom import XComModel
 
     rows = session.execute(
@@ -84,7 +85,7 @@ def _xcom_values(session: Session, dag_id: str, run_ids: Iterable[str], keys: Se
     return values
 
 
-def _conn_ids(value: Any) -> tuple[str, ...] | None:
+def conn_ids_of(value: Any) -> tuple[str, ...] | None:
     """A rendered ``tracker_conn_ids``: a list, one comma-separated string, or None."""
     if value is None:
         return None
@@ -106,7 +107,8 @@ def _rendered(session: Session, dag_id: str, run_id: str) -> dict[tuple[str, int
     return {(row.task_id, row.map_index): dict(row.rendered_fields or {}) for row in rows}
 
 
-def _seed(dag_id: str, run_id: str, task_id: str, map_index: int, state: Any, xcoms: dict) -> Seed:
+def seed_of(dag_id: str, run_id: str, task_id: str, map_index: int, state: Any, xcoms: dict) -> Seed:
+    """The run a task instance pushed (``xcoms``: its XComs by key), with its links, usage, cache hit."""
     result = xcoms.get(XCOM_RESULT)
     links = {"airflow": task_url(dag_id, run_id, task_id, map_index)}
     for key, name in ((XCOM_UI_URL, "scheduler_ui"), (XCOM_TRACKER_URL, "mlflow")):
@@ -138,7 +140,7 @@ def tracked_tasks(session: Session, dag_id: str, run_id: str) -> list[TrackedTas
 
     if session.scalar(select(DagRun.id).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id)) is None:
         raise DagRunNotFound(dag_id, run_id)
-    xcoms = _xcom_values(session, dag_id, [run_id], XCOM_KEYS)
+    xcoms = xcom_values(session, dag_id, [run_id], XCOM_KEYS)
     rendered = _rendered(session, dag_id, run_id)
     states = session.execute(
         select(TI.task_id, TI.map_index, TI.state).where(TI.dag_id == dag_id, TI.run_id == run_id)
@@ -151,8 +153,8 @@ def tracked_tasks(session: Session, dag_id: str, run_id: str) -> list[TrackedTas
         fields = rendered.get((row.task_id, row.map_index), {})
         tasks.append(
             TrackedTask(
-                seed=_seed(dag_id, run_id, row.task_id, row.map_index, row.state, pushed),
-                tracker_conn_ids=_conn_ids(fields.get("tracker_conn_ids")),
+                seed=seed_of(dag_id, run_id, row.task_id, row.map_index, row.state, pushed),
+                tracker_conn_ids=conn_ids_of(fields.get("tracker_conn_ids")),
                 torchx_conn_id=str(fields.get("torchx_conn_id") or DEFAULT_TORCHX_CONN_ID),
             )
         )
@@ -236,13 +238,13 @@ def _enrich_dag(session: Session, dag_id: str, runs: list[tuple[RunNode, Airflow
         )
     )
     states = {(r.run_id, r.task_id, r.map_index): r.state for r in rows}
-    xcoms = _xcom_values(session, dag_id, run_ids, XCOM_KEYS)
+    xcoms = xcom_values(session, dag_id, run_ids, XCOM_KEYS)
     for run, task in runs:
         key = (task.run_id, task.task_id, task.map_index)
         if key not in states:
             continue  # the DAG run was deleted: the tracker still knows the run
         pushed = {**xcoms.get(key, {}), XCOM_RUN_ID: run.run_id}
-        seed = _seed(dag_id, task.run_id, task.task_id, task.map_index, states[key], pushed)
+        seed = seed_of(dag_id, task.run_id, task.task_id, task.map_index, states[key], pushed)
         task.state = seed.task.state if seed.task else None
         run.app_state = seed.app_state
         run.links.update(seed.links)

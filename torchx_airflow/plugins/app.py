@@ -3,6 +3,8 @@
     GET {URL_PREFIX}/lineage/{dag_id}/{run_id}?depth=3[&task_id=train&map_index=0]   the page (SVG)
     GET {URL_PREFIX}/api/lineage/{dag_id}/{run_id}?depth=3[&task_id=...]            the same graph, JSON
     GET {URL_PREFIX}/static/lineage.css|lineage.js|lineage.svg                        its assets
+    GET {URL_PREFIX}/compare/... and /api/compare/...    the runs of a task compared (``compare_routes``)
+    POST {URL_PREFIX}/api/promote/{dag_id}/{run_id}      a manual promotion (``plugins/promotion.py``)
 
 Both views follow Airflow's auth, with the UI's session cookie or a bearer token: the caller must
 be allowed to read the DAG's runs, task instances and XComs (the view shows task states and values
@@ -43,6 +45,7 @@ from torchx_airflow.plugins.airflow_runs import (
     tracker_groups,
 )
 from torchx_airflow.plugins.graph import DEFAULT_DEPTH, MAX_DEPTH, LineageGraph, build_graph
+from torchx_airflow.plugins.promotion import add_promotion_routes
 from torchx_airflow.plugins.render import render_error, render_page
 from torchx_airflow.plugins.text import is_airflow_page, strip_userinfo
 
@@ -196,7 +199,9 @@ def create_app() -> FastAPI:
     def page_or_json_error(request: Request, error: HTTPException) -> HTMLResponse | JSONResponse:
         """The page (an iframe in the UI) answers errors with a page; the API with Airflow's JSON."""
         root = str(request.scope.get("root_path", ""))
-        if "/lineage/" in request.url.path and "/api/lineage/" not in request.url.path:
+        if "/api/" not in request.url.path and (
+            "/lineage/" in request.url.path or "/compare/" in request.url.path
+        ):
             page = render_error(error.status_code, str(error.detail), f"{root}/static")
             return HTMLResponse(page, status_code=error.status_code, headers=error.headers)
         return JSONResponse({"detail": error.detail}, status_code=error.status_code, headers=error.headers)
@@ -258,4 +263,8 @@ def create_app() -> FastAPI:
         )
         return HTMLResponse(page)
 
+    from torchx_airflow.plugins.compare_routes import add_compare_routes
+
+    add_compare_routes(app)
+    add_promotion_routes(app, CanReadLineage)
     return app

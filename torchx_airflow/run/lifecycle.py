@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.apps import SUCCEEDED, role_replicas, scheduler_of
 from torchx_airflow.exceptions import TorchXAppFailedError
-from torchx_airflow.lineage.keys import XCOM_APP_HANDLE
+from torchx_airflow.lineage.keys import XCOM_APP_HANDLE, XCOM_SUBMITTED_APP
 from torchx_airflow.run.durable import DurableSubmission
 from torchx_airflow.run.execution import NEW, REATTACHED, RESUBMITTED
 from torchx_airflow.run.points import NextAttempt, ShortCut
@@ -140,7 +140,17 @@ class RunLifecycle:
         run = self.run
         for policy in self.policies:
             policy.submitted(run, app_handle)
+        self._record_app()
         record_task_run(run.trackers, app_handle, run.context, run.tracker_timeout, run.log, run.app)
+
+    def _record_app(self) -> None:
+        """XCom ``torchx_app``: what was submitted, secrets masked, for comparing runs."""
+        from torchx_airflow.lineage.submitted import submitted_app
+
+        run, hook = self.run, self.run.hook
+        cfg = hook.resolve_cfg(hook.scheduler, hook.cfg)
+        record = submitted_app(run.app, hook.scheduler, cfg, run.trackers.secret_env_names())
+        run.ti.xcom_push(key=XCOM_SUBMITTED_APP, value=record)
 
     def _refuse_if_killed(self, app_handle: str | None) -> None:
         """A task killed while it resubmitted (``on_kill`` cancelled the job it knew) submits nothing

@@ -238,6 +238,23 @@ class FsspecStore(EdgeQueries, TrackerBase):
     def add_metadata(self, run_id: str, **kwargs: object) -> None:
         self._append(run_id, METADATA, {"metadata": kwargs})
 
+    def log_metrics(
+        self, run_id: str, metrics: Mapping[str, float], step: int, entry: Mapping[str, Any], entry_name: str
+    ) -> None:
+        """A metrics writer's entry (``torchx_airflow_tracker.metrics``), replacing its last one.
+
+        The entry is ordinary metadata (key ``torchx_metrics``) under one name per writer, so TorchX's
+        readers see it and a run keeps one file per writer however many steps it logs.
+        """
+        from torchx_airflow_tracker.metrics import METRICS_KEY
+
+        run_dir = self._touch(run_id)
+        self.files.write(
+            posixpath.join(run_dir, METADATA, entry_name),
+            json.dumps({"metadata": {METRICS_KEY: entry}}),
+            posixpath.join(run_dir, STAGING),
+        )
+
     def metadata(self, run_id: str) -> Mapping[str, object]:
         merged: dict[str, object] = {}
         for path, entry in self._read_json_entries(run_id, METADATA):

@@ -53,6 +53,8 @@ RUN_ID_TAG = "torchx.run_id"
 METADATA_PREFIX = "torchx.metadata."
 ARTIFACT_PREFIX = "torchx.artifact."
 SOURCE_PREFIX = "torchx.source."
+# a metric logged with steps (``torchx_airflow_tracker.metrics``): tag value = the metric's key
+SERIES_PREFIX = "torchx.series."
 DEFAULT_EXPERIMENT = "torchx"
 MAX_KEY = 250
 CLAIM_PREFIX = ".torchx-claim."
@@ -176,6 +178,7 @@ class MlflowStore(EdgeQueries, TrackerBase):
         self._username = username
         self._password = password
         self._mlflow_ids: dict[str, str] = {}
+        self._series_keys: set[str] = set()  # metric keys this object logged with steps
         self._known_claims_run: str | None = None
         # graph(): (when, {TorchX run id: its run's tags})
         self._snapshot: tuple[float, dict[str, dict[str, str]]] | None = None
@@ -422,7 +425,34 @@ class MlflowStore(EdgeQueries, TrackerBase):
     # TrackerBase
 
     def add_metadata(self, run_id: str, **kwargs: object) -> None:
-        self._log_tags(run_id, *_metadata_entries(kwargs))
+        entries, metrics = _metadata_entries(kwargs)
+        # a number named like a curve stays a tag: a metric at step 0 would join the curve
+        self._log_tags(run_id, entries, {k: v for k, v in metrics.items() if k not in self._series_keys})
+
+    def log_metrics(
+        self, run_id: str, metrics: Mapping[str, float], step: int, entry: object = None, entry_name: str = ""
+    ) -> None:
+        """Step metrics as MLflow metrics with their step (``torchx_airflow_tracker.metrics``).
+
+        The first point of a metric also tags the run ``torchx.series.<key>``, so readers tell a
+        curve from a number logged once; ``entry`` (the fsspec form) is not needed here.
+        """
+        from mlflow.entities import Metric, RunTag
+
+        keys = {_tag_key("", name): value for name, value in metrics.items()}
+        new = [key for key in keys if key not in self._series_keys]
+        mlflow_id = self.mlflow_run_id(run_id, create=True)
+        if mlflow_id is None:  # create=True always makes one
+            raise RuntimeError(f"No MLflow run for {run_id!r} in experiment {self.experiment!r}.")
+        if self._snapshot is not None:
+            self._snapshot[1].pop(run_id, None)
+        now = int(time.time() * 1000)
+        self.client.log_batch(
+            mlflow_id,
+            metrics=[Metric(key, value, now, step) for key, value in keys.items()],
+            tags=[RunTag(_tag_key(SERIES_PREFIX, key), key) for key in new],
+        )
+        self._series_keys.update(new)
 
     def check_metadata(self, **kwargs: object) -> None:
         """Raise what ``add_metadata`` would, without writing (a multi-store checks every store first)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from torchx.tracker.api import Lineage, TrackerArtifact, TrackerBase, TrackerSource
 
@@ -55,6 +56,19 @@ class MultiStore(TrackerBase):
         self._check("check_metadata", **kwargs)
         for store in self.stores:
             store.add_metadata(run_id, **kwargs)
+
+    def log_metrics(
+        self, run_id: str, metrics: Mapping[str, float], step: int, entry: Mapping[str, Any], entry_name: str
+    ) -> None:
+        """Step metrics to every store (``torchx_airflow_tracker.metrics``)."""
+        from torchx_airflow_tracker.metrics import METRICS_KEY
+
+        for store in self.stores:
+            log_metrics = getattr(store, "log_metrics", None)
+            if log_metrics is not None:
+                log_metrics(run_id, metrics, step, entry, entry_name)
+            else:
+                store.add_metadata(run_id, **{METRICS_KEY: entry})
 
     def metadata(self, run_id: str) -> Mapping[str, object]:
         return self.stores[0].metadata(run_id)

@@ -9,9 +9,9 @@ import pytest
 
 from torchx_airflow.plugins.airflow_runs import (
     TrackedTask,
-    _conn_ids,
-    _seed,
+    conn_ids_of,
     other_dag_ids,
+    seed_of,
     task_url,
     tracker_groups,
 )
@@ -36,7 +36,7 @@ def test_a_task_page_quotes_every_part_so_none_can_leave_the_path():
     ],
 )
 def test_rendered_tracker_conn_ids_are_read_in_every_form_a_dag_writes(rendered, conn_ids):
-    assert _conn_ids(rendered) == conn_ids
+    assert conn_ids_of(rendered) == conn_ids
 
 
 def test_a_seed_takes_state_links_usage_and_cache_hit_from_the_task_xcoms():
@@ -52,14 +52,16 @@ def test_a_seed_takes_state_links_usage_and_cache_hit_from_the_task_xcoms():
         "ui_url": "http://slurm/ui",
         "tracker_url": "",
     }
-    seed = _seed("d", "r", "t", 1, "success", xcoms)
+    seed = seed_of("d", "r", "t", 1, "success", xcoms)
     assert seed.run_id == "airflow://d/r/t" and seed.app_state == "SUCCEEDED"
     assert seed.task == AirflowTask("d", "r", "t", 1, "success")
     assert seed.links == {"airflow": "/dags/d/runs/r/tasks/t/mapped/1", "scheduler_ui": "http://slurm/ui"}
     assert seed.usage is not None and seed.usage.elapsed_s == 5
     assert seed.cached_from == "slurm://torchx/1"
     assert (
-        _seed("d", "r", "t", -1, None, {**xcoms, "return_value": {**result, "cache_hit": False}}).cached_from
+        seed_of(
+            "d", "r", "t", -1, None, {**xcoms, "return_value": {**result, "cache_hit": False}}
+        ).cached_from
         is None
     )
 

@@ -1,0 +1,131 @@
+"""The comparison view's rows, columns and page, from literal inputs: flattened parameters, the
+columns that differ, sorting with missing values, the diff, and a page that escapes what jobs wrote."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from torchx_airflow.plugins.compare import (
+    Comparison,
+    app_params,
+    comparison_json,
+    fill_comparison,
+    rendered_params,
+)
+from torchx_airflow.plugins.compare_render import render_compare_page, render_curves
+
+APP = {
+    "scheduler": "slurm",
+    "cfg": {"partition": "gpu"},
+    "roles": [
+        {
+            "name": "trainer",
+            "image": "/envs/train",
+            "entrypoint": "torchrun",
+            "args": ["train.py", "--lr", "0.1"],
+            "num_replicas": 2,
+            "resource": {"cpu": 4, "gpu": 1, "memMB": 8000, "capabilities": {}, "devices": {}},
+            "env": {"SEED": "1", "API_KEY": "***"},
+        }
+    ],
+}
+
+
+def test_a_submitted_app_flattens_to_named_parameters():
+    assert app_params(APP) == {
+        "scheduler": "slurm",
+        "cfg.partition": "gpu",
+        "image": "/envs/train",
+        "entrypoint": "torchrun",
+        "args": "train.py --lr 0.1",
+        "replicas": "2",
+        "resource.cpu": "4",
+        "resource.gpu": "1",
+        "resource.memMB": "8000",
+        "env.SEED": "1",
+        "env.API_KEY": "***",
+    }
+    two_roles = {**APP, "roles": [APP["roles"][0], {**APP["roles"][0], "name": "reader", "args": []}]}
+    assert app_params(two_roles)["reader.args"] == "" and "trainer.image" in app_params(two_roles)
+    assert app_params({"roles": "junk", "cfg": [1]}) == {}
+
+
+def test_rendered_fields_flatten_too():
+    fields = {"component": "dist.ddp", "component_args": ["-j", "1x2", "--", "--lr", "a b"], "env": {"X": 1}}
+    assert rendered_params(fields) == {
+        "component": "dist.ddp",
+        "component_args": "-j 1x2 -- --lr 'a b'",
+        "env.X": "1",
+    }
+
+
+def _comparison(results: list[dict], store) -> Comparison:
+    instances = [
+        SimpleNamespace(run_id="r1", map_index=i, state="success", try_number=1, duration=2.0)
+        for i in range(len(results))
+    ]
+    xcoms = {("r1", "train", i): pushed for i, pushed in enumerate(results)}
+    rendered = {("r1", i): {"tracker_conn_ids": ["fs"]} for i in range(len(results))}
+    comparison = Comparison("d", "train", "r1", [])
+    fill_comparison(comparison, instances, xcoms, rendered, "/torchx", lambda conn_ids: store)
+    return comparison
+
+
+def test_rows_columns_sorting_and_diff(tmp_path):
+    from torchx_airflow_tracker.fsspec_store import FsspecStore
+
+    store = FsspecStore(str(tmp_path / "store"))
+    for i, loss in enumerate((0.3, 0.1)):
+        store.add_metadata(f"local_cwd://torchx/t-{i}", loss=loss)
+    seeds = [{**APP, "roles": [{**APP["roles"][0], "env": {"SEED": str(i)}}]} for i in range(3)]
+    results = [
+        {
+            "torchx_run_id": f"local_cwd://torchx/t-{i}",
+            "return_value": {"state": "SUCCEEDED"},
+            "torchx_app": app,
+        }
+        for i, app in enumerate(seeds[:2])
+    ]
+    results.append({})  # a task that never submitted: a row without run or metrics
+    comparison = _comparison(results, store)
+    assert comparison.differing_params == ["env.SEED"]
+    data = comparison_json(comparison, sort="metric:loss", diff=("r1/0", "r1/1"))
+    assert [run["key"] for run in data["runs"]] == ["r1/1", "r1/0", "r1/2"]  # no value: last
+    assert data["runs"][0]["metrics"] == {"loss": 0.1} and data["runs"][2]["metrics"] == {}
+    assert data["runs"][2]["params"] == {"env.SEED": None}
+    descending = comparison_json(comparison, sort="metric:loss", order="desc")
+    assert [run["key"] for run in descending["runs"]] == ["r1/0", "r1/1", "r1/2"]
+    lines = {line["name"]: line for line in data["diff"]["lines"]}
+    assert lines["env.SEED"] == {"name": "env.SEED", "a": "0", "b": "1", "same": False}
+    assert lines["image"]["same"]
+
+
+def test_the_page_escapes_what_jobs_wrote(tmp_path):
+    from torchx_airflow_tracker.fsspec_store import FsspecStore
+
+    store = FsspecStore(str(tmp_path / "store"))
+    evil = '<script>alert("x")</script>'
+    app = {**APP, "roles": [{**APP["roles"][0], "args": [evil]}]}
+    other = {**APP, "roles": [{**APP["roles"][0], "args": ["fine"]}]}
+    store.add_metadata("local_cwd://torchx/e", **{evil: 1.0})
+    results = [
+        {"torchx_run_id": "local_cwd://torchx/e", "torchx_app": app},
+        {"torchx_run_id": "local_cwd://torchx/f", "torchx_app": other},
+    ]
+    data = comparison_json(_comparison(results, store), diff=("r1/0", "r1/1"))
+    page = render_compare_page(data, static_url="/s", json_url="/j", query={})
+    assert evil not in page and "&lt;script&gt;" in page
+
+
+def test_curves_scale_to_the_plot_and_a_single_point_is_a_dot():
+    svg = render_curves({"a": [[1, 1.0], [3, 0.5]], "b": [[2, 0.75]]}, {"a": "[0]", "b": "[1]"}, "loss")
+    assert svg.count("<polyline") == 2 and svg.count("<circle") == 1
+    assert 'points="64.0,14.0 744.0,264.0"' in svg  # first point top-left, last bottom-right
+    assert "No selected run" in render_curves({}, {}, "loss")
+
+
+def test_sort_keys_order_numbers_texts_and_runs():
+    from torchx_airflow.plugins.compare import _sort_key
+
+    values = ["10", "2", "b", "a", 0.5, True, ("r", 10), ("r", 2)]
+    assert sorted(values, key=_sort_key) == [0.5, True, "2", "10", "a", "b", ("r", 2), ("r", 10)]

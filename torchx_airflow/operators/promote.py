@@ -1,0 +1,162 @@
+"""``TorchXPromoteOperator``: promote the best run of a TorchX task (every map index) to an Asset.
+
+::
+
+    MODEL = Asset("model://torchx_pipeline/best")
+    train = TorchXOperator.partial(task_id="train", ...).expand(component_args=grid)
+    promote = TorchXPromoteOperator(
+        task_id="promote", runs_of="train", objective="loss", mode="min", artifact="model", asset=MODEL
+    )
+    train >> promote
+
+The operator reads the results the upstream task returned in this DAG run, picks the best run by
+the objective (the rules are in :mod:`torchx_airflow.lineage.promotion`: failed runs left out, a
+missing objective an error, ties to the earliest map index), writes on that run's tracker entry that
+it was promoted and by which DAG run (metadata ``airflow_promoted``), and emits one event on
+``asset`` whose extra carries ``app_handle``, ``artifact``, ``path``, ``objective``, ``mode``,
+``value``, ``runs_of``, ``map_index`` and ``promoted_by``. Importing this module imports no TorchX
+scheduler, MLflow or s3fs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import Asset, BaseOperator
+
+from torchx_airflow.exceptions import TorchXInputError
+from torchx_airflow.hooks.torchx import TorchXHook
+from torchx_airflow.lineage.promotion import (
+    PromoteSpec,
+    candidates_from_results,
+    check_promote_args,
+    pick_best,
+    promotion_extra,
+    record_promotion,
+    with_final_metrics,
+)
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from torchx_airflow.lineage.stores import TrackerSet
+
+__all__ = ["TorchXPromoteOperator"]
+
+
+def _upstream_setting(upstream: Any, name: str) -> Any:
+    """A constructor argument of the upstream operator (of ``partial`` for a mapped one)."""
+    if getattr(upstream, "is_mapped", False):
+        return upstream.partial_kwargs.get(name)
+    return getattr(upstream, name, None)
+
+
+class TorchXPromoteOperator(BaseOperator):
+    """Promote the best run of the TorchX task ``runs_of`` in this DAG run to ``asset``.
+
+    :param runs_of: the task id of the TorchX task (mapped or not) whose runs are compared.
+    :param objective: the final metric to compare (numeric metadata of the run counts as one).
+    :param mode: ``"min"`` (a loss) or ``"max"`` (an accuracy): which value is best.
+    :param artifact: the artifact of the best run the asset event points at (its ``path``).
+    :param asset: the ``Asset`` that receives the event; added to the task's ``outlets``.
+    :param tracker_conn_ids: where the promotion is recorded; default: ``runs_of``'s own trackers.
+    :param torchx_conn_id: the torchx connection whose trackers are used when neither task names any.
+
+    The task runs once the upstream task is done (``trigger_rule="all_done"``): runs that failed
+    are left out, and the task fails only when no run SUCCEEDED. Pass ``trigger_rule="all_success"``
+    to promote only when every run succeeded. ``runs_of``, ``objective``, ``mode`` and ``artifact``
+    are template fields; keep them literal for the comparison view's manual promotion to use them.
+    """
+
+    template_fields: Sequence[str] = ("runs_of", "objective", "mode", "artifact")
+    ui_color = "#e8f0fe"
+
+    def __init__(
+        self,
+        *,
+        runs_of: str,
+        objective: str,
+        mode: str,
+        artifact: str,
+        asset: Asset,
+        tracker_conn_ids: str | Sequence[str] | None = None,
+        torchx_conn_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("trigger_rule", "all_done")
+        super().__init__(**kwargs)
+        check_promote_args(self.task_id, runs_of, objective, mode, artifact)
+        if not isinstance(asset, Asset):
+            raise TorchXInputError(
+                f"TorchXPromoteOperator {self.task_id!r}: asset={asset!r} is not an Asset. Pass the asset "
+                'that stands for the promoted model, e.g. asset=Asset("model://my_pipeline/best").'
+            )
+        self.runs_of = runs_of
+        self.objective = objective
+        self.mode = mode
+        self.artifact = artifact
+        self.asset = asset
+        self.tracker_conn_ids = tracker_conn_ids
+        self.torchx_conn_id = torchx_conn_id
+        if asset not in self.outlets:
+            self.outlets = [*self.outlets, asset]
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Pick, record and publish the best run; the return value is the asset event's extra."""
+        where = f"Task {self.task_id!r}"
+        check_promote_args(self.task_id, self.runs_of, self.objective, self.mode, self.artifact)
+        spec = PromoteSpec(self.runs_of, self.objective, self.mode, self.artifact, self.asset.uri)
+        upstream = self._upstream(where)
+        results = self._results(context, upstream)
+        trackers = self._trackers(upstream, where)
+        store = trackers.stores[0] if trackers else None
+        best = pick_best(with_final_metrics(candidates_from_results(results), store), spec, where)
+        dag_run = context["dag_run"]
+        extra = promotion_extra(best, spec, f"dag_run {dag_run.dag_id}/{dag_run.run_id}", where)
+        record_promotion(trackers.stores if trackers else [], extra, spec.asset_uri)
+        context["outlet_events"][self.asset].extra.update(extra)
+        self.log.info(
+            "Promoted %s (map index %s of %r, %s=%s, %s) to %s: %s",
+            best.app_handle,
+            best.map_index,
+            self.runs_of,
+            self.objective,
+            extra["value"],
+            self.mode,
+            self.asset.uri,
+            extra["path"],
+        )
+        return extra
+
+    def _upstream(self, where: str) -> Any:
+        dag = self.get_dag()
+        if dag is None or not dag.has_task(self.runs_of):
+            raise TorchXInputError(
+                f"{where}: runs_of={self.runs_of!r} is not a task of this DAG. Name the TorchX task whose "
+                "runs are compared (its task_id), and put it upstream of this task."
+            )
+        return dag.get_task(self.runs_of)
+
+    def _results(self, context: Context, upstream: Any) -> dict[int, Any]:
+        """The upstream's returned results of this DAG run, by map index (None where none was pushed)."""
+        ti = context["ti"]
+        if not getattr(upstream, "is_mapped", False):
+            return {-1: ti.xcom_pull(task_ids=self.runs_of, map_indexes=-1)}
+        count = ti.get_ti_count(dag_id=ti.dag_id, task_ids=[self.runs_of], run_ids=[ti.run_id])
+        indexes = list(range(count))
+        values = ti.xcom_pull(task_ids=self.runs_of, map_indexes=indexes) if indexes else []
+        return dict(zip(indexes, values, strict=True))
+
+    def _trackers(self, upstream: Any, where: str) -> TrackerSet:
+        from torchx_airflow.tracking import task_trackers
+
+        conn_ids = self.tracker_conn_ids
+        if conn_ids is None:
+            conn_ids = _upstream_setting(upstream, "tracker_conn_ids")
+        torchx_conn_id = (
+            self.torchx_conn_id
+            or _upstream_setting(upstream, "torchx_conn_id")
+            or TorchXHook.default_conn_name
+        )
+        return task_trackers(conn_ids, torchx_conn_id, where)

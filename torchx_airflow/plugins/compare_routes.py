@@ -1,0 +1,194 @@
+"""The comparison view's endpoints, on the lineage view's app and under its rules.
+
+    GET {URL_PREFIX}/compare/{dag_id}/{run_id}?task_id=train     one DAG run's runs of a task (a sweep)
+    GET {URL_PREFIX}/compare/{dag_id}?task_id=train&last=20       the task's runs in the DAG's last runs
+    GET {URL_PREFIX}/api/compare/...                              the same data, JSON
+
+Query: ``sort`` (``run``, ``state``, ``attempts``, ``elapsed_s``, ``cpu_hours``, ``gpu_hours``,
+``cost``, ``cache_hit``, ``metric:<name>``, ``param:<name>``) and ``order`` (``asc``/``desc``);
+``show`` (repeated: row keys ``<DAG run id>/<map index>`` whose curves to plot), ``metric`` (the
+curve to plot), ``a`` and ``b`` (two row keys to diff). Authorised as the lineage view (read access
+to the DAG's runs, task instances and XComs), bounded by its limiter, masked as it is.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from urllib.parse import quote, urlencode
+
+from airflow.api_fastapi.common.db.common import SessionDep
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse
+
+from torchx_airflow.plugins.airflow_runs import DagRunNotFound
+from torchx_airflow.plugins.app import LIMITER, CanReadLineage, masked
+from torchx_airflow.plugins.compare import COLUMNS, DEFAULT_LAST, MAX_ROWS, comparison_json, load_comparison
+from torchx_airflow.plugins.compare_render import render_compare_page
+
+TaskQuery = Annotated[str, Query(min_length=1, description="the task whose runs to compare")]
+LastQuery = Annotated[int, Query(ge=1, le=MAX_ROWS, description="how many of the latest runs")]
+ShowQuery = Annotated[list[str] | None, Query(description="row keys whose curves to plot")]
+OrderQuery = Annotated[str, Query(pattern="^(asc|desc)$")]
+#: where the promotion endpoint is mounted (``plugins/promotion.py``; see ``compare_render.promote_cell``)
+PROMOTE_PATH: str | None = "/api/promote"
+
+
+def masked_json(value: Any) -> Any:
+    """Every text in ``value`` (keys too) through the lineage view's ``masked``."""
+    if isinstance(value, str):
+        return masked(value)
+    if isinstance(value, dict):
+        return {masked(str(k)): masked_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [masked_json(v) for v in value]
+    return value
+
+
+def _check_sort(sort: str | None) -> None:
+    if sort and sort not in COLUMNS and not sort.startswith(("metric:", "param:")):
+        raise HTTPException(
+            400, f"Unknown sort column {sort!r}: use one of {list(COLUMNS)}, metric:<name> or param:<name>."
+        )
+
+
+def _data(
+    request: Request,
+    session: Any,
+    dag_id: str,
+    run_id: str | None,
+    task_id: str,
+    last: int,
+    params: dict[str, Any],
+) -> dict[str, Any]:
+    _check_sort(params["sort"])
+    root = str(request.scope.get("root_path", ""))
+    with LIMITER.slot():
+        try:
+            comparison = load_comparison(session, dag_id, task_id, run_id, last, lineage_prefix=root)
+        except DagRunNotFound as e:
+            raise HTTPException(404, str(e)) from e
+        a, b = params["a"], params["b"]
+        data = comparison_json(
+            comparison,
+            sort=params["sort"],
+            order=params["order"],
+            show=params["show"] or [],
+            metric=params["metric"],
+            diff=(a, b) if a and b else None,
+        )
+    return masked_json(data)
+
+
+def _page(request: Request, data: dict[str, Any], api_path: str, query: dict[str, Any]) -> HTMLResponse:
+    root = str(request.scope.get("root_path", ""))
+    pairs = [(k, v) for k, v in query.items() if v not in (None, "") and not isinstance(v, list)]
+    pairs += [("show", s) for s in query.get("show") or []]
+    promote = f"{root}{PROMOTE_PATH}" if PROMOTE_PATH else None
+    page = render_compare_page(
+        data,
+        static_url=f"{root}/static",
+        json_url=f"{root}{api_path}?{urlencode(pairs)}",
+        query=query,
+        promote_url=promote,
+    )
+    return HTMLResponse(page)
+
+
+def add_compare_routes(app: FastAPI) -> None:
+    """Add the comparison page and its JSON to the lineage view's app."""
+
+    def query_of(
+        task_id: str,
+        last: int | None,
+        sort: str | None,
+        order: str,
+        show: list[str] | None,
+        metric: str | None,
+        a: str | None,
+        b: str | None,
+    ) -> dict[str, Any]:
+        return {
+            "task_id": task_id,
+            "last": last,
+            "sort": sort,
+            "order": order,
+            "show": show or [],
+            "metric": metric,
+            "a": a,
+            "b": b,
+        }
+
+    @app.get("/api/compare/{dag_id}/{run_id}", dependencies=CanReadLineage)
+    def compare_run_json(
+        dag_id: str,
+        run_id: str,
+        task_id: TaskQuery,
+        request: Request,
+        session: SessionDep,
+        sort: str | None = None,
+        order: OrderQuery = "asc",
+        show: ShowQuery = None,
+        metric: str | None = None,
+        a: str | None = None,
+        b: str | None = None,
+    ) -> dict[str, Any]:
+        """One DAG run's runs of ``task_id`` (every map index), compared."""
+        query = query_of(task_id, None, sort, order, show, metric, a, b)
+        return _data(request, session, dag_id, run_id, task_id, MAX_ROWS, query)
+
+    @app.get("/api/compare/{dag_id}", dependencies=CanReadLineage)
+    def compare_last_json(
+        dag_id: str,
+        task_id: TaskQuery,
+        request: Request,
+        session: SessionDep,
+        last: LastQuery = DEFAULT_LAST,
+        sort: str | None = None,
+        order: OrderQuery = "asc",
+        show: ShowQuery = None,
+        metric: str | None = None,
+        a: str | None = None,
+        b: str | None = None,
+    ) -> dict[str, Any]:
+        """The runs of ``task_id`` in the DAG's ``last`` runs, compared."""
+        query = query_of(task_id, last, sort, order, show, metric, a, b)
+        return _data(request, session, dag_id, None, task_id, last, query)
+
+    @app.get("/compare/{dag_id}/{run_id}", response_class=HTMLResponse, dependencies=CanReadLineage)
+    def compare_run_page(
+        dag_id: str,
+        run_id: str,
+        task_id: TaskQuery,
+        request: Request,
+        session: SessionDep,
+        sort: str | None = None,
+        order: OrderQuery = "asc",
+        show: ShowQuery = None,
+        metric: str | None = None,
+        a: str | None = None,
+        b: str | None = None,
+    ) -> HTMLResponse:
+        """The comparison page of one DAG run's runs of ``task_id``."""
+        query = query_of(task_id, None, sort, order, show, metric, a, b)
+        data = _data(request, session, dag_id, run_id, task_id, MAX_ROWS, query)
+        path = f"/api/compare/{quote(dag_id, safe='')}/{quote(run_id, safe='')}"
+        return _page(request, data, path, query)
+
+    @app.get("/compare/{dag_id}", response_class=HTMLResponse, dependencies=CanReadLineage)
+    def compare_last_page(
+        dag_id: str,
+        task_id: TaskQuery,
+        request: Request,
+        session: SessionDep,
+        last: LastQuery = DEFAULT_LAST,
+        sort: str | None = None,
+        order: OrderQuery = "asc",
+        show: ShowQuery = None,
+        metric: str | None = None,
+        a: str | None = None,
+        b: str | None = None,
+    ) -> HTMLResponse:
+        """The comparison page of the runs of ``task_id`` in the DAG's last runs."""
+        query = query_of(task_id, last, sort, order, show, metric, a, b)
+        data = _data(request, session, dag_id, None, task_id, last, query)
+        return _page(request, data, f"/api/compare/{quote(dag_id, safe='')}", query)
