@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from torchx_airflow.exceptions import TorchXConnectionError
 from torchx_airflow.schedulers.env import parse_env_passthrough
 from torchx_airflow.settings import checks
-from torchx_airflow.settings.extras import check_extra_keys, parse_bool, parse_json_object
+from torchx_airflow.settings.conn_fields import validate_extra
+from torchx_airflow.settings.extras import parse_bool, parse_json_object
 from torchx_airflow.settings.prices import PriceTable
 
 DEFAULT_SCHEDULER = "local_cwd"
@@ -60,11 +61,8 @@ class TorchXConnectionSettings:
     def from_extra(cls, conn_id: str, extra: Mapping[str, Any]) -> TorchXConnectionSettings:
         """Parse a connection's extra; UI-prefixed keys (``extra__torchx__cfg``) are accepted too."""
 
-        check_extra_keys(conn_id, "torchx", extra, (f.name for f in fields(cls)))  # one per setting
-
-        def get(key: str) -> Any:
-            value = extra.get(key, extra.get(f"extra__torchx__{key}"))
-            return None if value == "" else value
+        values = validate_extra(conn_id, "torchx", extra)  # the form's schemas, every bad field named
+        get = values.get
 
         scheduler = get("scheduler")
         if scheduler is not None and not isinstance(scheduler, str):
