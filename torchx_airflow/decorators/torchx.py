@@ -110,7 +110,8 @@ class _TorchXDecoratedOperator(DecoratedOperator, TorchXOperator):
             **kwargs,
         )
 
-    def execute(self, context: Context) -> Any:
+    def execute(self, context: Context, event: dict[str, Any] | None = None) -> Any:
+        """``event``: an approver's answer resuming the task (``policies.cost.approval`` reads it itself)."""
         self._resolve_app(context)
         return super().execute(context)
 

@@ -63,6 +63,13 @@ CONN_FIELDS: dict[str, dict[str, dict[str, Any]]] = {
             "description": 'Prices for usage and max_cost, e.g. {"cpu_hour": 0.05, '
             '"gpu_hour": {"a100": 2.5, "default": 1.0}, "mem_gb_hour": 0.005, "currency": "USD"}',
         },
+        "cost_approval_timeout": {
+            "label": "Cost approval timeout (s)",
+            "schema": {"type": ["number", "null"], "exclusiveMinimum": 0},
+            "description": "Ask an approver (Airflow's Required Actions) before submitting a run whose "
+            "estimate is over its max_cost, waiting this many seconds; no answer rejects it "
+            "(empty: over max_cost fails)",
+        },
         "cache": {
             "label": "Cache runs",
             "schema": {"type": ["boolean", "null"], "default": False},

@@ -13,6 +13,8 @@ no answer (a task's own ``outage_timeout`` wins; unset: ``[torchx] outage_timeou
 resubmitted within the task's try (a task's own wins; unset: ``[torchx] infrastructure_retries``, 3;
 see ``torchx_airflow.policies.resubmission``).
 ``prices``: the price table that turns a run's usage into a cost (``torchx_airflow.policies.cost.pricing``).
+``cost_approval_timeout``: seconds an approver is given to let a run over its ``max_cost`` be submitted
+(``torchx_airflow.policies.cost.approval``; unset: such a run fails before submitting).
 ``cache``: whether the connection's tasks are cached (``policies.cache``) unless a task says
 otherwise (default false); ``cache_ttl``: seconds a cache record is used (a task's own wins; default
 30 days); ``cache_scope``: ``dag`` (hits only within a DAG) or ``deployment`` (a task's own wins;
@@ -52,6 +54,7 @@ class TorchXConnectionSettings:
     outage_timeout: float | None = None
     infrastructure_retries: int | None = None
     prices: PriceTable | None = None
+    cost_approval_timeout: float | None = None
     cache: bool = False
     cache_ttl: float | None = None
     cache_scope: str | None = None
@@ -89,6 +92,7 @@ class TorchXConnectionSettings:
                 "Set extra 'infrastructure_retries' to e.g. 3.",
             ),
             prices=PriceTable.from_extra(conn_id, get("prices")),
+            cost_approval_timeout=get("cost_approval_timeout"),  # its schema: a positive number
             cache=parse_bool(conn_id, "cache", get("cache")),
             cache_ttl=_parse_cache_ttl(conn_id, get("cache_ttl")),
             cache_scope=_checked(
