@@ -82,7 +82,9 @@ def _ask(run: TaskRun, ti_id: Any, over: TorchXCostLimitError, timeout_s: float)
         f"**Estimate**: {over.explanation}\n\n{APPROVE} submits the app. {REJECT}, or no answer within "
         f"{timeout_s:g} s, fails the task without submitting anything."
     )
-    upsert_hitl_detail(ti_id=ti_id, options=[APPROVE, REJECT], subject=subject, body=body, defaults=[REJECT])
+    upsert_hitl_detail(
+        ti_id=ti_id, options=[APPROVE, REJECT], subject=subject, body=body, defaults=[REJECT], params={}
+    )
     run.log.warning(
         "Estimated cost over max_cost: waiting up to %g s for an approver (Required Actions page)", timeout_s
     )
