@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import urllib.parse
+import urllib.request
 
 import pytest
 
@@ -36,7 +37,7 @@ def stack(tmp_path_factory):
             "AIRFLOW_CONN_TORCHX_APPROVAL_SHORT": _conn(SHORT_TIMEOUT),
             # the scheduler's sweep that answers requests past their timeout (default every 15 s)
             "AIRFLOW__SCHEDULER__TRIGGER_TIMEOUT_CHECK_INTERVAL": "2",
-            "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW__CORE__PARALLELISM": "2",
         },
     )
     with stack.running():
@@ -62,17 +63,18 @@ def _answer(stack: AirflowStack, run_id: str, task_id: str, option: str) -> dict
 
 @pytest.fixture(scope="module")
 def runs(stack):
-    """The three runs at once: one approved, one rejected, one nobody answers."""
-    approved, rejected = stack.trigger(DAG), stack.trigger(DAG)
-    unanswered = stack.trigger(TIMEOUT_DAG)
+    """One run nobody answers, beside one approved, then one rejected (one after the other: the
+    stack's SQLite database takes one writer at a time)."""
+    unanswered, approved = stack.trigger(TIMEOUT_DAG), stack.trigger(DAG)
     for task_id in ("dear", "dear_decorated"):
         _answer(stack, approved, task_id, "Approve")
+    runs = {"approved": (approved, stack.wait_run(DAG, approved, timeout=600))}
+    runs["unanswered"] = (unanswered, stack.wait_run(TIMEOUT_DAG, unanswered, timeout=600))
+    rejected = stack.trigger(DAG)
+    for task_id in ("dear", "dear_decorated"):
         _answer(stack, rejected, task_id, "Reject")
-    return {
-        "approved": (approved, stack.wait_run(DAG, approved, timeout=600)),
-        "rejected": (rejected, stack.wait_run(DAG, rejected, timeout=600)),
-        "unanswered": (unanswered, stack.wait_run(TIMEOUT_DAG, unanswered, timeout=600)),
-    }
+    runs["rejected"] = (rejected, stack.wait_run(DAG, rejected, timeout=600))
+    return runs
 
 
 def test_approved_runs_are_submitted_and_record_the_approval(stack, runs):

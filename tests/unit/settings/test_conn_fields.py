@@ -59,7 +59,7 @@ def test_one_error_names_every_bad_field_and_its_fix():
         "outage_timeout": -5,
         "cache_scope": "everywhere",
         "cfg": "{oops",
-        "shceduler": "slurm",
+        "schedular": "slurm",
         "cache": True,
     }
     with pytest.raises(TorchXConnectionError) as err:
@@ -71,7 +71,7 @@ def test_one_error_names_every_bad_field_and_its_fix():
         "'outage_timeout':",
         "'cache_scope':",
         "'cfg'",
-        "'shceduler'",
+        "'schedular'",
     ]
     assert "-5 is less than or equal to the minimum of 0" in lines[0]
     assert "'everywhere' is not one of ['dag', 'deployment', None]" in lines[1]
