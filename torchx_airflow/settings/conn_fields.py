@@ -146,9 +146,10 @@ def _as_stored(schema: Mapping[str, Any], value: Any) -> Any:
 
 
 def validate_extra(conn_id: str, conn_type: str, extra: Mapping[str, Any]) -> dict[str, Any]:
-    """``extra`` checked against ``CONN_FIELDS[conn_type]``: the known fields, each read as stored
-    (see the module's docstring). Raises ``TorchXConnectionError`` naming every bad field and its fix
-    (an unknown key, a value its schema refuses, JSON that does not parse)."""
+    """``extra`` checked against ``CONN_FIELDS[conn_type]``, each field read as the schema's type (see
+    the module's docstring); returns the fields by name as stored (``""`` as None) for the parsers.
+    Raises ``TorchXConnectionError`` naming every bad field and its fix (an unknown key, a value its
+    schema refuses, JSON that does not parse)."""
     from jsonschema import Draft202012Validator
 
     # here, not at module level: get_provider_info imports this module while Airflow loads providers
@@ -187,7 +188,7 @@ def validate_extra(conn_id: str, conn_type: str, extra: Mapping[str, Any]) -> di
             )
             problems.append(f"extra {key!r}: {rule}. Write it as: {field['description']}")
             continue
-        values[key] = value
+        values[key] = None if raw_value == "" else raw_value  # the parsers read the stored forms
     if problems:
         known = ", ".join(map(repr, fields))
         raise TorchXConnectionError(

@@ -79,6 +79,7 @@ def test_one_error_names_every_bad_field_and_its_fix():
 
 
 def test_what_the_form_and_variables_store_is_read_as_the_schema_type():
+    """Each passes its schema once read as the form or a variable stores it; the parsers get it as stored."""
     extra = {
         "extra__torchx__cfg": '{"partition": "gpu"}',
         "trackers": "fs, ml",
@@ -87,14 +88,14 @@ def test_what_the_form_and_variables_store_is_read_as_the_schema_type():
         "outage_timeout": "90.5",
         "checkpoint_root": "",
     }
-    assert validate_extra("c", "torchx", extra) == {
-        "cfg": {"partition": "gpu"},
-        "trackers": ["fs", "ml"],
-        "cache": True,
-        "infrastructure_retries": 2,
-        "outage_timeout": 90.5,
+    values = validate_extra("c", "torchx", extra)
+    assert values == {
+        **{k.removeprefix("extra__torchx__"): v for k, v in extra.items()},
         "checkpoint_root": None,
     }
+    for key, bad in (("cfg", '["a"]'), ("trackers", "[1]"), ("cache", "yes"), ("outage_timeout", "-1")):
+        with pytest.raises(TorchXConnectionError, match=f"extra '{key}'"):
+            validate_extra("c", "torchx", {key: bad})
 
 
 def test_a_credential_field_is_named_but_its_value_never_shown():
