@@ -77,8 +77,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         SUCCEEDED app carries the handle and the artifact (:mod:`torchx_airflow.lineage.assets`).
     :param expected_duration: seconds (or a ``timedelta``) the app is expected to run, for the cost
         estimate; else the last successful run's elapsed (:mod:`torchx_airflow.policies.cost`).
-    :param max_cost: fail before submitting when the estimate (a price table needed) is over it, or
-        first ask an approver (:mod:`torchx_airflow.policies.cost.approval`; ``event``: the answer).
+    :param max_cost: fail before submitting when the estimate is over it (or ask: ``policies.cost.approval``).
     :param cache: return the result of an earlier SUCCEEDED run with the same inputs instead of
         submitting (:mod:`torchx_airflow.policies.cache`); needs a tracker and waiting.
     :param cache_salt: text in the key: change it to run again (templated).
@@ -198,6 +197,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         try:
             check_leavable(self.hook, self.hook.scheduler, self.wait_for_completion)
             with self._kills.running(context["ti"]):
+                vars(self._lifecycle(context).run).setdefault("resumed_with", event)  # an approver's answer
                 self._lifecycle(context).durable().recover()  # a try that died submitting left a mark
                 try:
                     return self.execute_resumable(context)

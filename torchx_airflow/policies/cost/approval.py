@@ -6,7 +6,7 @@ Set, the task asks instead, as Airflow's ``HITLOperator`` does: it writes a huma
 (subject, the estimate as its body, options ``Approve`` / ``Reject``, default ``Reject``) and waits in
 the ``awaiting_input`` state, holding no worker slot, for an answer on Airflow's *Required Actions*
 page or its REST API (``PATCH .../taskInstances/{task_id}/{map_index}/hitlDetails``). Then the task
-runs again from the start (nothing was submitted), and:
+runs again from the start (nothing was submitted) with the answer, and:
 
 - ``Approve``: the app is submitted; the task's result has ``cost_approval`` (who, when, the estimate);
 - ``Reject``: the task fails with ``TorchXCostApprovalError`` (the estimate, who rejected it);
@@ -18,7 +18,7 @@ A new try of the task (a retry, a clear) asks again: a request belongs to one tr
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from torchx_airflow.exceptions import TorchXCostApprovalError
@@ -33,40 +33,29 @@ RESULT_KEY = "cost_approval"  # the task result's field
 
 def approve_or_raise(run: TaskRun, over: TorchXCostLimitError, timeout_s: float) -> dict[str, Any]:
     """The approval of the run ``over`` refused (recorded in the result), once an approver gave it.
-    Without an answer yet: asks, and the task waits (``TaskAwaitingInput``); rejected or unanswered
-    at the timeout: raises ``TorchXCostApprovalError``. Nothing has been submitted."""
-    ti_id = run.context["ti"].id
-    answer = _answer(ti_id)
-    if answer is None:
-        _ask(run, ti_id, over, timeout_s)
-    chosen = list(answer.chosen_options or []) if answer.response_received else []
-    user = answer.responded_by_user
-    at = answer.responded_at.isoformat() if answer.responded_at else None
-    if chosen == [APPROVE] and user is not None:
-        run.log.warning("%s approved the estimated cost over max_cost at %s: submitting", user.name, at)
-        approval = {"approved_by": {"id": user.id, "name": user.name}, "responded_at": at}
+    Not asked yet: asks, and the task waits (``TaskAwaitingInput``); rejected or unanswered at the
+    timeout: raises ``TorchXCostApprovalError``. Nothing has been submitted."""
+    answer = run.resumed_with
+    if not isinstance(answer, dict) or not ("chosen_options" in answer or "error_type" in answer):
+        _ask(run, run.context["ti"].id, over, timeout_s)
+    chosen = list(answer.get("chosen_options") or [])
+    user = answer.get("responded_by_user")  # {"id", "name"}; None: Airflow's scheduler at the timeout
+    responded_at = answer.get("responded_at")
+    at = responded_at.isoformat() if isinstance(responded_at, datetime) else responded_at
+    if chosen == [APPROVE] and user:
+        run.log.warning("%s approved the estimated cost over max_cost at %s: submitting", user["name"], at)
+        approval = {"approved_by": {"id": user["id"], "name": user["name"]}, "responded_at": at}
         run.result_fields[RESULT_KEY] = {**approval, **_figures(over)}
         return run.result_fields[RESULT_KEY]
-    if user is None:  # Airflow's scheduler gave the request's default at its timeout
+    if not user:  # the request's default at its timeout (or the timeout without an answer)
         raise TorchXCostApprovalError(
             over, f"no approver answered within {timeout_s:g} s (then it is rejected)"
         )
-    raise TorchXCostApprovalError(over, f"{user.name} (id {user.id}) rejected it at {at}")
+    raise TorchXCostApprovalError(over, f"{user['name']} (id {user['id']}) rejected it at {at}")
 
 
 def _figures(over: TorchXCostLimitError) -> dict[str, Any]:
     return {"estimate": over.estimate, "max_cost": over.max_cost, "currency": over.currency}
-
-
-def _answer(ti_id: Any) -> Any:
-    """This try's request and its answer (``HITLDetailResponse``), or None when none was asked yet."""
-    from airflow.sdk.exceptions import AirflowRuntimeError
-    from airflow.sdk.execution_time.hitl import get_hitl_detail_content_detail
-
-    try:
-        return get_hitl_detail_content_detail(ti_id)
-    except AirflowRuntimeError:  # the API server knows no request for this try (404): ask
-        return None
 
 
 def _ask(run: TaskRun, ti_id: Any, over: TorchXCostLimitError, timeout_s: float) -> NoReturn:
@@ -88,6 +77,6 @@ def _ask(run: TaskRun, ti_id: Any, over: TorchXCostLimitError, timeout_s: float)
     run.log.warning(
         "Estimated cost over max_cost: waiting up to %g s for an approver (Required Actions page)", timeout_s
     )
-    # the answer resumes the operator's execute (Airflow passes it as ``event``): the task runs again
-    # from the start, and this policy reads the answer itself
+    # the answer resumes the operator's execute with it as ``event`` (``run.resumed_with``): the task
+    # runs again from the start and comes back here
     raise TaskAwaitingInput(method_name="execute", timeout=timedelta(seconds=timeout_s))
