@@ -12,6 +12,7 @@ import urllib.request
 
 import pytest
 
+from tests.polling import wait_until
 from tests.stack import REPO, AirflowStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
@@ -56,6 +57,15 @@ def _answer(stack: AirflowStack, run_id: str, task_id: str, option: str) -> dict
     assert f"estimated {ESTIMATE}" in request["subject"] and "over max_cost 0.01" in request["subject"]
     assert "requested 8 CPU, 0 GPU, 16384 MB memory" in request["body"]
     assert stack.xcom(DAG, run_id, task_id, "app_handle") is None  # nothing submitted while it waits
+    # Answer once the scheduler has taken the parked workload's end from its executor: an answer before
+    # that resumes the task, and the late "success" of the parked workload then fails it (Airflow's
+    # race, which a person answering seconds later never meets)
+    parked = (
+        "event with state success for task instance "
+        f"TaskInstanceKey(dag_id='{DAG}', task_id='{task_id}', run_id='{run_id}'"
+    )
+    scheduler_log = stack.home / "stack" / "scheduler.log"
+    wait_until(lambda: parked in scheduler_log.read_text(), f"{task_id} parked", 120)
     return stack.api(
         "PATCH", _hitl_path(DAG, run_id, task_id), {"chosen_options": [option], "params_input": {}}
     )
@@ -79,7 +89,7 @@ def runs(stack):
 
 def test_approved_runs_are_submitted_and_record_the_approval(stack, runs):
     run_id, state = runs["approved"]
-    assert state == "success"
+    assert state == "success", [stack.log(DAG, run_id, t, 1)[-4000:] for t in ("dear", "dear_decorated")]
     for task_id in ("dear", "dear_decorated"):
         result = stack.xcom(DAG, run_id, task_id, "return_value")
         assert result["state"] == "SUCCEEDED"
