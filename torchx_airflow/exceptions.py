@@ -51,6 +51,21 @@ class TorchXCostLimitError(TorchXInputError):
         self.explanation = explanation
 
 
+class TorchXCostApprovalError(TorchXCostLimitError):
+    """The estimate was over ``max_cost`` and the approver asked rejected it, or no one answered in
+    time (``policies.cost.approval``): nothing was submitted."""
+
+    def __init__(self, over: TorchXCostLimitError, reason: str) -> None:
+        super().__init__(over.task_id, over.max_cost, over.estimate, over.currency, over.explanation)
+        self.reason = reason
+        self.args = (
+            f"Task {over.task_id!r}: the estimated cost {over.estimate:.4f} {over.currency} is over "
+            f"max_cost={over.max_cost!r} {over.currency} and was not approved: {reason}. Nothing was "
+            f"submitted. Estimate: {over.explanation}. To run it, clear the task to ask again, raise "
+            "max_cost, or ask for fewer resources.",
+        )
+
+
 class TorchXAppHandleError(TorchXInputError):
     """An app handle that is not of the form ``scheduler://session/app_id``."""
 

@@ -40,7 +40,7 @@ def row(conn_type: str, fields: dict[str, Any], shown: str, fix: str, id: str): 
 
 CONNECTION_ROWS = [
     # every type: an extra key it does not have (a typo would silently mean the default)
-    row(TX, {"extra": {"schedular": "slurm"}}, "'schedular'", "Did you mean 'scheduler'?", "extra-key"),
+    row(TX, {"extra": {"schedular": "slurm"}}, "'schedular'", "did you mean 'scheduler'?", "extra-key"),
     row(
         FS,
         {"extra": {"root": "/r", "storage_option": {}}},
@@ -50,11 +50,23 @@ CONNECTION_ROWS = [
     ),
     row(ML, {"host": "http://m", "extra": {"experimnet": "x"}}, "'experimnet'", "'experiment'?", "extra-key"),
     # torchx: scheduler
-    row(TX, {"extra": {"scheduler": 3}}, "got 3", "Write it as a JSON string", "scheduler-not-str"),
+    row(
+        TX,
+        {"extra": {"scheduler": 3}},
+        "3 is not of type",
+        "Write it as: TorchX scheduler",
+        "scheduler-not-str",
+    ),
     row(TX, {"extra": {"scheduler": "slurmm"}}, "'slurmm'", "Did you mean 'slurm'?", "scheduler-typo"),
     # torchx: cfg as a whole
-    row(TX, {"extra": {"cfg": "{not json"}}, "'{not json'", "Write it as a JSON object", "cfg-json"),
-    row(TX, {"extra": {"cfg": ["a"]}}, "['a']", "Write it as e.g.", "cfg-not-object"),
+    row(
+        TX,
+        {"extra": {"cfg": "{not json"}},
+        "'{not json'",
+        'Write it as: Scheduler run options as JSON, e.g. {"',
+        "cfg-json",
+    ),
+    row(TX, {"extra": {"cfg": ["a"]}}, "['a']", 'e.g. {"partition": "gpu"}', "cfg-not-object"),
     row(TX, {"extra": {"cfg": {"log_dri": "/tmp"}}}, "['log_dri']", "Did you mean 'log_dir'?", "cfg-key"),
     row(
         TX,
@@ -102,11 +114,23 @@ CONNECTION_ROWS = [
         "str-number",
     ),
     # torchx: trackers
-    row(TX, {"extra": {"trackers": "[oops"}}, "'[oops'", '["torchx_fsspec_default"', "trackers-json"),
-    row(TX, {"extra": {"trackers": {"a": 1}}}, "{'a': 1}", '["torchx_fsspec_default"', "trackers-object"),
+    row(
+        TX,
+        {"extra": {"trackers": "[oops"}},
+        "'[oops'",
+        "Write it as: Ids of the torchx_fsspec",
+        "trackers-json",
+    ),
+    row(
+        TX,
+        {"extra": {"trackers": {"a": 1}}},
+        "{'a': 1}",
+        "Write it as: Ids of the torchx_fsspec",
+        "trackers-object",
+    ),
     # torchx: prices
-    row(TX, {"extra": {"prices": "{cpu"}}, "'{cpu'", '{"prices": {"cpu_hour": 0.05', "prices-json"),
-    row(TX, {"extra": {"prices": [0.05]}}, "got [0.05]", '{"prices": {"cpu_hour"', "prices-not-object"),
+    row(TX, {"extra": {"prices": "{cpu"}}, "'{cpu'", 'e.g. {"cpu_hour": 0.05', "prices-json"),
+    row(TX, {"extra": {"prices": [0.05]}}, "[0.05] is not of type", 'e.g. {"cpu_hour"', "prices-not-object"),
     row(TX, {"extra": {"prices": {"cpu_hours": 1}}}, "'cpu_hours'", "Did you mean 'cpu_hour'?", "prices-key"),
     row(TX, {"extra": {"prices": {"cpu_hour": -1}}}, "got -1", "0 or more", "prices-negative"),
     row(TX, {"extra": {"prices": {"cpu_hour": "5"}}}, "got '5'", "a number", "prices-text"),
@@ -128,16 +152,34 @@ CONNECTION_ROWS = [
         TX, {"extra": {"prices": {"cpu_hour": 1, "currency": 3}}}, "got 3", 'such as "USD"', "prices-currency"
     ),
     # torchx: cache defaults
-    row(TX, {"extra": {"cache": "yes"}}, "got 'yes'", '{"cache": true}', "cache-not-bool"),
-    row(TX, {"extra": {"cache_ttl": -5}}, "got -5", "e.g. 604800", "cache_ttl-negative"),
-    row(TX, {"extra": {"infrastructure_retries": "x"}}, "got 'x'", "e.g. 3", "infrastructure_retries-text"),
+    row(
+        TX,
+        {"extra": {"cache": "yes"}},
+        "'yes' is not of type 'boolean'",
+        "Write it as: Tasks whose",
+        "cache-not-bool",
+    ),
+    row(
+        TX,
+        {"extra": {"cache_ttl": -5}},
+        "-5 is less than",
+        "Write it as: Seconds a cached",
+        "cache_ttl-negative",
+    ),
+    row(
+        TX,
+        {"extra": {"infrastructure_retries": "x"}},
+        "'x' is not of type",
+        "resubmitted",
+        "infrastructure_retries-text",
+    ),
     # torchx: numbers that are not finite (JSON's Infinity and NaN parse as floats)
     row(TX, {"extra": {"outage_timeout": "inf"}}, "got 'inf'", "e.g. 1800", "outage_timeout-inf"),
     row(TX, {"extra": {"outage_timeout": float("nan")}}, "got nan", "e.g. 1800", "outage_timeout-nan"),
     row(TX, {"extra": {"cache_ttl": float("inf")}}, "got inf", "e.g. 604800", "cache_ttl-inf"),
     # torchx_fsspec: root
     row(FS, {"extra": {}}, "got None", "AIRFLOW_CONN_TORCHX_FSSPEC_DEFAULT=", "root-missing"),
-    row(FS, {"extra": {"root": 5}}, "got 5", "s3://bucket/prefix", "root-not-str"),
+    row(FS, {"extra": {"root": 5}}, "5 is not of type", "s3://bucket/prefix", "root-not-str"),
     row(FS, {"extra": {"root": "runs/here"}}, "'runs/here'", "Give an absolute path", "root-relative"),
     row(FS, {"extra": {"root": "s4://b/runs"}}, "'s4'", "Did you mean 's3'?", "root-protocol"),
     # torchx_fsspec: storage_options (the value may hold credentials: never shown)
@@ -145,14 +187,14 @@ CONNECTION_ROWS = [
         FS,
         {"extra": {"root": "/data/runs", "storage_options": '{"secret": "' + SECRET}},
         "extra 'storage_options' is not valid JSON",
-        "Write it as a JSON object",
+        'Write it as: fsspec options as JSON, e.g. {"endpoint_url"',
         "options-json",
     ),
     row(
         FS,
         {"extra": {"root": "/data/runs", "storage_options": [SECRET]}},
-        "must be a JSON object, got a list",
-        "Write it as e.g.",
+        "extra 'storage_options': the value does not match type ['object', 'null']",
+        'Write it as: fsspec options as JSON, e.g. {"endpoint_url"',
         "options-not-object",
     ),
     # torchx_fsspec: login/password per protocol
@@ -198,7 +240,13 @@ CONNECTION_ROWS = [
     ),
     row(ML, {"host": "mlflow", "port": 70000}, "port 70000", "from 1 to 65535", "port-range"),
     # mlflow: experiment, login/password
-    row(ML, {"host": "http://m", "extra": {"experiment": 5}}, "got 5", '{"experiment": "resnet"}', "exp"),
+    row(
+        ML,
+        {"host": "http://m", "extra": {"experiment": 5}},
+        "5 is not of type",
+        "Write it as: MLflow experiment",
+        "exp",
+    ),
     row(
         ML,
         {"host": "http://m:5000", "password": SECRET},

@@ -110,8 +110,11 @@ class _TorchXDecoratedOperator(DecoratedOperator, TorchXOperator):
             **kwargs,
         )
 
-    def execute(self, context: Context) -> Any:
+    def execute(self, context: Context, event: dict[str, Any] | None = None) -> Any:
+        """``event``: an approver's answer resuming the task (``policies.cost.approval``); it reaches the
+        run here, as ``DecoratedOperator.execute`` passes the context alone."""
         self._resolve_app(context)
+        self._lifecycle(context).run.resumed_with = event
         return super().execute(context)
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -34,7 +34,8 @@ from torchx_airflow.lineage.stores import (
     TrackerSet,
 )
 from torchx_airflow.secrets import option_secrets, register_secret, strip_userinfo, uri_secrets
-from torchx_airflow.settings.extras import check_extra_keys, parse_json_object
+from torchx_airflow.settings.conn_fields import validate_extra
+from torchx_airflow.settings.extras import parse_json_object
 from torchx_airflow.settings.tracker_fields import (
     add_fsspec_credentials,
     check_mlflow_credentials,
@@ -47,12 +48,6 @@ if TYPE_CHECKING:
 
 FSSPEC_CONN_TYPE = "torchx_fsspec"
 MLFLOW_CONN_TYPE = "mlflow"
-
-
-def _extra(conn: Connection, conn_type: str, key: str) -> Any:
-    extra = conn.extra_dejson
-    value = extra.get(key, extra.get(f"extra__{conn_type}__{key}"))
-    return None if value == "" else value
 
 
 def _probe_failure(conn_id: str, what: str, error: Exception) -> tuple[bool, str]:
@@ -115,12 +110,12 @@ class TorchXFsspecHook(_TrackerHook):
 
     def backend(self) -> TrackerBackend:
         conn = self.connection
-        check_extra_keys(self.conn_id, self.conn_type, conn.extra_dejson, ("root", "storage_options"))
-        root = fsspec_root(self.conn_id, _extra(conn, self.conn_type, "root"), self.example_env())
+        extras = validate_extra(self.conn_id, self.conn_type, conn.extra_dejson)
+        root = fsspec_root(self.conn_id, extras.get("root"), self.example_env())
         options = parse_json_object(
             self.conn_id,
             "storage_options",
-            _extra(conn, self.conn_type, "storage_options"),
+            extras.get("storage_options"),
             '{"endpoint_url": "http://minio:9000"}',
             show_value=False,  # it may hold credentials
         )
@@ -196,9 +191,9 @@ class MlflowTrackerHook(_TrackerHook):
 
     def backend(self) -> TrackerBackend:
         conn = self.connection
-        check_extra_keys(self.conn_id, self.conn_type, conn.extra_dejson, ("experiment",))
+        extras = validate_extra(self.conn_id, self.conn_type, conn.extra_dejson)
         uri = self.tracking_uri()
-        experiment = _extra(conn, self.conn_type, "experiment")
+        experiment = extras.get("experiment")
         if experiment is not None and not isinstance(experiment, str):
             raise TorchXConnectionError(
                 f"Connection {self.conn_id!r}: extra 'experiment' must be an experiment name, "

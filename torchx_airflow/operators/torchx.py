@@ -77,7 +77,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         SUCCEEDED app carries the handle and the artifact (:mod:`torchx_airflow.lineage.assets`).
     :param expected_duration: seconds (or a ``timedelta``) the app is expected to run, for the cost
         estimate; else the last successful run's elapsed (:mod:`torchx_airflow.policies.cost`).
-    :param max_cost: fail before submitting when the estimate (a price table needed) is over it.
+    :param max_cost: fail before submitting when the estimate is over it (or ask: ``policies.cost.approval``).
     :param cache: return the result of an earlier SUCCEEDED run with the same inputs instead of
         submitting (:mod:`torchx_airflow.policies.cache`); needs a tracker and waiting.
     :param cache_salt: text in the key: change it to run again (templated).
@@ -190,15 +190,15 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         """``outage_timeout``: the task's, else its connection's, else the site's."""
         return float(resolve("outage_timeout", self.outage_timeout, self.hook.settings.outage_timeout))
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
         from torchx_airflow.run.lifecycle import ShortCutTaken
         from torchx_airflow.run.waiting import check_leavable
 
         try:
             check_leavable(self.hook, self.hook.scheduler, self.wait_for_completion)
-            lifecycle = self._lifecycle(context)
             with self._kills.running(context["ti"]):
-                lifecycle.durable().recover()  # a try that died submitting left a mark
+                vars(self._lifecycle(context).run).setdefault("resumed_with", event)  # an approver's answer
+                self._lifecycle(context).durable().recover()  # a try that died submitting left a mark
                 try:
                     return self.execute_resumable(context)
                 except ShortCutTaken as taken:  # a policy's result: nothing was submitted

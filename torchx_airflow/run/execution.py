@@ -52,6 +52,10 @@ class TaskRun:
     :param execution_timeout: the task's ``execution_timeout`` (``deadline`` counts from its start).
     """
 
+    #: the event Airflow resumed this execution with, set by the operator: an approver's answer
+    #: (``policies.cost.approval``)
+    resumed_with: dict[str, Any] | None = None
+
     def __init__(
         self,
         *,

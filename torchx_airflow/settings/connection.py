@@ -13,6 +13,8 @@ no answer (a task's own ``outage_timeout`` wins; unset: ``[torchx] outage_timeou
 resubmitted within the task's try (a task's own wins; unset: ``[torchx] infrastructure_retries``, 3;
 see ``torchx_airflow.policies.resubmission``).
 ``prices``: the price table that turns a run's usage into a cost (``torchx_airflow.policies.cost.pricing``).
+``cost_approval_timeout``: seconds an approver is given to let a run over its ``max_cost`` be submitted
+(``torchx_airflow.policies.cost.approval``; unset: such a run fails before submitting).
 ``cache``: whether the connection's tasks are cached (``policies.cache``) unless a task says
 otherwise (default false); ``cache_ttl``: seconds a cache record is used (a task's own wins; default
 30 days); ``cache_scope``: ``dag`` (hits only within a DAG) or ``deployment`` (a task's own wins;
@@ -28,13 +30,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from torchx_airflow.exceptions import TorchXConnectionError
 from torchx_airflow.schedulers.env import parse_env_passthrough
 from torchx_airflow.settings import checks
-from torchx_airflow.settings.extras import check_extra_keys, parse_bool, parse_json_object
+from torchx_airflow.settings.conn_fields import validate_extra
+from torchx_airflow.settings.extras import parse_bool, parse_json_object
 from torchx_airflow.settings.kubernetes_fields import CFG_FIELDS, parse_kubernetes_fields
 from torchx_airflow.settings.prices import PriceTable
 
@@ -53,6 +56,7 @@ class TorchXConnectionSettings:
     outage_timeout: float | None = None
     infrastructure_retries: int | None = None
     prices: PriceTable | None = None
+    cost_approval_timeout: float | None = None
     cache: bool = False
     cache_ttl: float | None = None
     cache_scope: str | None = None
@@ -68,11 +72,8 @@ class TorchXConnectionSettings:
     def from_extra(cls, conn_id: str, extra: Mapping[str, Any]) -> TorchXConnectionSettings:
         """Parse a connection's extra; UI-prefixed keys (``extra__torchx__cfg``) are accepted too."""
 
-        check_extra_keys(conn_id, "torchx", extra, (f.name for f in fields(cls)))  # one per setting
-
-        def get(key: str) -> Any:
-            value = extra.get(key, extra.get(f"extra__torchx__{key}"))
-            return None if value == "" else value
+        values = validate_extra(conn_id, "torchx", extra)  # the form's schemas, every bad field named
+        get = values.get
 
         scheduler = get("scheduler")
         if scheduler is not None and not isinstance(scheduler, str):
@@ -104,6 +105,7 @@ class TorchXConnectionSettings:
                 "Set extra 'infrastructure_retries' to e.g. 3.",
             ),
             prices=PriceTable.from_extra(conn_id, get("prices")),
+            cost_approval_timeout=get("cost_approval_timeout"),  # its schema: a positive number
             cache=parse_bool(conn_id, "cache", get("cache")),
             cache_ttl=_parse_cache_ttl(conn_id, get("cache_ttl")),
             cache_scope=_checked(

@@ -1,10 +1,9 @@
-"""Parsing connection extras: a JSON-object extra, a boolean extra, and the refusal of unknown keys."""
+"""Parsing connection extras: a JSON-object extra and a boolean extra (``settings.conn_fields`` checks
+every extra against its form schema first, unknown keys included)."""
 
 from __future__ import annotations
 
-import difflib
 import json
-from collections.abc import Iterable, Mapping
 from typing import Any
 
 from torchx_airflow.exceptions import TorchXConnectionError
@@ -22,22 +21,6 @@ def parse_bool(conn_id: str, key: str, value: Any) -> bool:
             f'Write it as JSON, e.g. {{"{key}": true}}.'
         )
     return value
-
-
-def check_extra_keys(conn_id: str, conn_type: str, extra: Mapping[str, Any], known: Iterable[str]) -> None:
-    """Refuse an extra key the connection type does not have (a typo would silently mean a default).
-
-    Keys as the connection form stores them (``extra__<conn_type>__<key>``) are accepted too.
-    """
-    known = list(known)
-    for key in extra:
-        if str(key).removeprefix(f"extra__{conn_type}__") not in known:
-            close = difflib.get_close_matches(str(key), known, n=1)
-            hint = f"Did you mean {close[0]!r}? " if close else ""
-            raise TorchXConnectionError(
-                f"Connection {conn_id!r}: extra {key!r} is not a field of a {conn_type!r} connection. "
-                f"{hint}Its fields are {', '.join(map(repr, known))}; rename or remove {key!r}."
-            )
 
 
 def parse_json_object(

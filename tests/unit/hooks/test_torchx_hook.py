@@ -37,9 +37,9 @@ def test_settings_accepts_ui_prefixed_keys_and_json_strings():
     ("extra", "fragment"),
     [
         ({"cfg": "{not json"}, "extra 'cfg' is not valid JSON"),
-        ({"cfg": ["a"]}, "extra 'cfg' must be a JSON object"),
-        ({"trackers": {"a": 1}}, "extra 'trackers' must be a list of connection ids"),
-        ({"scheduler": 3}, "extra 'scheduler' must be a scheduler name"),
+        ({"cfg": ["a"]}, r"extra 'cfg': \['a'\] is not of type 'object'"),
+        ({"trackers": {"a": 1}}, r"extra 'trackers': \{'a': 1\} is not of type 'array'"),
+        ({"scheduler": 3}, "extra 'scheduler': 3 is not of type 'string'"),
     ],
 )
 def test_settings_reject_malformed_extra(extra, fragment):

@@ -61,7 +61,7 @@ def test_fsspec_storage_option_secrets_are_secrets_too(monkeypatch):
         ({"extra": {"root": "/data/runs", "storage_options": "{bad"}}, "'storage_options' is not valid JSON"),
         (
             {"extra": {"root": "/data/runs", "storage_options": [1]}},
-            "'storage_options' must be a JSON object",
+            "extra 'storage_options': the value does not match type ['object', 'null']",
         ),
         ({"extra": {"root": "/data/runs"}, "password": SECRET}, "protocol 'file', which takes no login"),
     ],

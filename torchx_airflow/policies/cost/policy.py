@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from torchx_airflow.exceptions import TorchXCostLimitError
 from torchx_airflow.policies.cost.usage import RunAccounting, describe_usage, record_usage
-from torchx_airflow.run.execution import REATTACHED, RESUBMITTED
+from torchx_airflow.run.execution import NEW, REATTACHED, RESUBMITTED
 from torchx_airflow.run.points import RunPolicy
 from torchx_airflow.run.state import ATTEMPTS_KEY
 
@@ -40,13 +41,25 @@ class CostPolicy(RunPolicy):
 
     def before_submit(self, run: TaskRun, app: AppDef) -> None:
         """Raises ``TorchXCostLimitError`` over ``max_cost``, counting what the try's earlier
-        attempts of a resubmitted job cost: nothing is submitted."""
+        attempts of a resubmitted job cost: nothing is submitted. With the connection's
+        ``cost_approval_timeout``, a new submission over it asks an approver instead
+        (``policies.cost.approval``)."""
         if run.submission == RESUBMITTED and self._unread_end is not None:
             # the earlier try's job is resubmitted: its usage is this chain's, and its cost counts
             self._record_end(run, *self._unread_end)
         self._unread_end = None
         spent = self.spent(run) if run.submission == RESUBMITTED and self.max_cost is not None else 0.0
-        self._accounting(run).before_submit(app, run.context, spent)
+        try:
+            self._accounting(run).before_submit(app, run.context, spent)
+        except TorchXCostLimitError as over:
+            # opt-in: an approver may let the first submission go over (a resubmission never asks:
+            # the task is mid-run by then)
+            timeout_s = run.hook.settings.cost_approval_timeout
+            if timeout_s is None or run.submission != NEW:
+                raise
+            from torchx_airflow.policies.cost.approval import approve_or_raise
+
+            approve_or_raise(run, over, timeout_s)
 
     def spent(self, run: TaskRun) -> float:
         """What the ended attempts of this try's job cost: each attempt's actual cost, or its

@@ -1,0 +1,51 @@
+"""DAGs for the cost approval tests (tests/integration/test_cost_approval.py): apps whose estimate (8
+CPUs and 16 GB for an hour) is far over their ``max_cost``, on connections that ask an approver.
+
+``tx_cost_approval``: a classic and a ``@task.torchx`` task on ``torchx_approval`` (the approver has
+minutes). ``tx_cost_approval_timeout``: one task on ``torchx_approval_short`` (seconds): no one answers.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pendulum
+from airflow.sdk import DAG, task
+from torchx.specs import AppDef, Resource, Role
+
+from torchx_airflow.operators.torchx import TorchXOperator
+
+BURN = str(Path(__file__).resolve().parent / "jobs" / "burn.py")
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
+TAGS = ["torchx", "approval-tests"]
+
+
+def dear_app(name: str) -> AppDef:
+    """Asks for 8 CPUs and 16 GB (the estimate), runs a job of a tenth of a CPU-second on local_cwd."""
+    resource = Resource(cpu=8, gpu=0, memMB=16384)
+    args = [BURN, "--cpu-seconds", "0.1", "--mb", "1"]
+    return AppDef(
+        name, roles=[Role(name, image="/tmp", entrypoint=sys.executable, args=args, resource=resource)]
+    )
+
+
+with DAG("tx_cost_approval", schedule=None, start_date=START, catchup=False, tags=TAGS):
+    common = {"torchx_conn_id": "torchx_approval", "max_cost": 0.01, "expected_duration": 3600}
+    TorchXOperator(task_id="dear", app=dear_app("dear-classic"), poll_interval=1, **common)
+
+    @task.torchx(poll_interval=1, **common)
+    def dear_decorated():
+        return dear_app("dear-decorated")
+
+    dear_decorated()
+
+with DAG("tx_cost_approval_timeout", schedule=None, start_date=START, catchup=False, tags=TAGS):
+    TorchXOperator(
+        task_id="dear",
+        app=dear_app("dear-unanswered"),
+        torchx_conn_id="torchx_approval_short",
+        max_cost=0.01,
+        expected_duration=3600,
+        poll_interval=1,
+    )

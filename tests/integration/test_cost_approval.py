@@ -1,0 +1,128 @@
+"""Over-budget approval through Airflow's own human-in-the-loop, on a running Airflow
+(tests/dags/torchx_approval_dags.py, local_cwd): the tasks wait in ``awaiting_input`` with the
+estimate in their request; approved through the REST API, the app is submitted and the result records
+who approved; rejected, or unanswered at the connection's timeout, nothing is submitted and the task
+fails naming the estimate."""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from tests.polling import wait_until
+from tests.stack import REPO, AirflowStack
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
+PRICES = {"cpu_hour": 0.04, "mem_gb_hour": 0.01, "currency": "EUR"}
+DAG, TIMEOUT_DAG = "tx_cost_approval", "tx_cost_approval_timeout"
+ESTIMATE = "0.4800 EUR"  # 8 CPUs x 0.04 + 16 GB x 0.01, for an hour
+SHORT_TIMEOUT = 5
+
+
+def _conn(timeout_s: float) -> str:
+    extra = {"scheduler": "local_cwd", "prices": PRICES, "cost_approval_timeout": timeout_s}
+    return json.dumps({"conn_type": "torchx", "extra": extra})
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    home = tmp_path_factory.mktemp("approval-airflow")
+    stack = AirflowStack(
+        home=home,
+        dags_folder=REPO / "tests" / "dags",
+        env_extra={
+            "AIRFLOW_CONN_TORCHX_APPROVAL": _conn(600),
+            "AIRFLOW_CONN_TORCHX_APPROVAL_SHORT": _conn(SHORT_TIMEOUT),
+            # the scheduler's sweep that answers requests past their timeout (default every 15 s)
+            "AIRFLOW__SCHEDULER__TRIGGER_TIMEOUT_CHECK_INTERVAL": "2",
+            "AIRFLOW__CORE__PARALLELISM": "2",
+        },
+    )
+    with stack.running():
+        yield stack
+
+
+def _hitl_path(dag_id: str, run_id: str, task_id: str) -> str:
+    return f"/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}/taskInstances/{task_id}/-1/hitlDetails"
+
+
+def _answer(stack: AirflowStack, run_id: str, task_id: str, option: str) -> dict:
+    ti = stack.wait_ti(DAG, run_id, task_id, ("awaiting_input", "failed", "success"), timeout=600)
+    assert ti["state"] == "awaiting_input", stack.log(DAG, run_id, task_id, 1)[-3000:]
+    request = stack.api("GET", _hitl_path(DAG, run_id, task_id))
+    assert request["options"] == ["Approve", "Reject"] and request["defaults"] == ["Reject"]
+    assert f"estimated {ESTIMATE}" in request["subject"] and "over max_cost 0.01" in request["subject"]
+    assert "requested 8 CPU, 0 GPU, 16384 MB memory" in request["body"]
+    assert stack.xcom(DAG, run_id, task_id, "app_handle") is None  # nothing submitted while it waits
+    # Answer once the scheduler has taken the parked workload's end from its executor: an answer before
+    # that resumes the task, and the late "success" of the parked workload then fails it (Airflow's
+    # race, which a person answering seconds later never meets)
+    parked = (
+        "event with state success for task instance "
+        f"TaskInstanceKey(dag_id='{DAG}', task_id='{task_id}', run_id='{run_id}'"
+    )
+    scheduler_log = stack.home / "stack" / "scheduler.log"
+    wait_until(lambda: parked in scheduler_log.read_text(), f"{task_id} parked", 120)
+    return stack.api(
+        "PATCH", _hitl_path(DAG, run_id, task_id), {"chosen_options": [option], "params_input": {}}
+    )
+
+
+@pytest.fixture(scope="module")
+def runs(stack):
+    """One run nobody answers, beside one approved, then one rejected (one after the other: the
+    stack's SQLite database takes one writer at a time)."""
+    unanswered, approved = stack.trigger(TIMEOUT_DAG), stack.trigger(DAG)
+    for task_id in ("dear", "dear_decorated"):
+        _answer(stack, approved, task_id, "Approve")
+    runs = {"approved": (approved, stack.wait_run(DAG, approved, timeout=600))}
+    runs["unanswered"] = (unanswered, stack.wait_run(TIMEOUT_DAG, unanswered, timeout=600))
+    rejected = stack.trigger(DAG)
+    for task_id in ("dear", "dear_decorated"):
+        _answer(stack, rejected, task_id, "Reject")
+    runs["rejected"] = (rejected, stack.wait_run(DAG, rejected, timeout=600))
+    return runs
+
+
+def test_approved_runs_are_submitted_and_record_the_approval(stack, runs):
+    run_id, state = runs["approved"]
+    assert state == "success", [stack.log(DAG, run_id, t, 1)[-4000:] for t in ("dear", "dear_decorated")]
+    for task_id in ("dear", "dear_decorated"):
+        result = stack.xcom(DAG, run_id, task_id, "return_value")
+        assert result["state"] == "SUCCEEDED"
+        assert result["app_handle"].startswith("local_cwd://")
+        assert stack.xcom(DAG, run_id, task_id, "app_handle") == result["app_handle"]
+        approval = result["cost_approval"]
+        assert approval["approved_by"]["name"] == "admin"
+        assert approval["responded_at"]
+        assert (approval["estimate"], approval["max_cost"], approval["currency"]) == (0.48, 0.01, "EUR")
+        log = stack.log(DAG, run_id, task_id, 1)
+        assert "waiting up to 600 s for an approver" in log
+        assert "admin approved the estimated cost over max_cost" in log
+        assert "Submitted TorchX app" in log
+
+
+def test_rejected_runs_submit_nothing_and_fail_with_the_estimate(stack, runs):
+    run_id, state = runs["rejected"]
+    assert state == "failed"
+    for task_id in ("dear", "dear_decorated"):
+        assert stack.ti(DAG, run_id, task_id)["state"] == "failed"
+        assert stack.xcom(DAG, run_id, task_id, "app_handle") is None
+        log = stack.log(DAG, run_id, task_id, 1)
+        assert f"the estimated cost {ESTIMATE} is over max_cost=0.01 EUR and was not approved: admin" in log
+        assert "rejected it at" in log
+        assert "Submitted TorchX app" not in log
+
+
+def test_unanswered_run_is_rejected_at_the_timeout(stack, runs):
+    run_id, state = runs["unanswered"]
+    assert state == "failed"
+    request = stack.api("GET", _hitl_path(TIMEOUT_DAG, run_id, "dear"))
+    assert request["chosen_options"] == ["Reject"] and request["responded_by_user"] is None
+    assert stack.xcom(TIMEOUT_DAG, run_id, "dear", "app_handle") is None
+    log = stack.log(TIMEOUT_DAG, run_id, "dear", 1)
+    assert f"was not approved: no approver answered within {SHORT_TIMEOUT} s" in log
+    assert "Submitted TorchX app" not in log

@@ -1,0 +1,110 @@
+"""The cost policy's opt-in approval at ``before_submit``, against a fake run whose ``resumed_with`` is
+the event Airflow resumes the task with, and a fake of Airflow's call that writes the request (it talks
+to the task's supervisor, which only a running Airflow has; the real thing:
+tests/integration/test_cost_approval.py)."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import replace
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import TaskAwaitingInput
+from airflow.sdk.execution_time import hitl
+
+from tests.fakes import FakeSchedulerHook
+from tests.unit.policies.test_policy_points import FakeRun
+from torchx_airflow.exceptions import TorchXCostApprovalError, TorchXCostLimitError
+from torchx_airflow.policies.cost.policy import CostPolicy
+from torchx_airflow.run.execution import RESUBMITTED
+from torchx_airflow.settings.connection import TorchXConnectionSettings
+from torchx_airflow.settings.prices import PriceTable
+
+AT = datetime.datetime(2026, 11, 26, 1, 0, tzinfo=datetime.timezone.utc)
+ADMIN = {"id": "7", "name": "admin"}
+TIMED_OUT = {
+    "error": "The Human-in-the-loop response timeout has passed without a response.",
+    "error_type": "timeout",
+}
+
+
+def _answer(chosen: list[str], user: dict | None) -> dict[str, Any]:
+    """The event Airflow resumes the task with (``HITLDetail.as_resume_event_payload``)."""
+    return {"chosen_options": chosen, "params_input": {}, "responded_at": AT, "responded_by_user": user}
+
+
+@pytest.fixture
+def asked(monkeypatch) -> list[dict[str, Any]]:
+    """Fake of Airflow's ``upsert_hitl_detail``: the requests written."""
+    requests: list[dict[str, Any]] = []
+    monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **request: requests.append(request))
+    return requests
+
+
+def _run(timeout_s: float | None = 60.0, answer: dict | None = None) -> FakeRun:
+    hook = FakeSchedulerHook([])
+    settings = TorchXConnectionSettings(scheduler="slurm", prices=PriceTable(cpu_hour=1.0))
+    hook.settings = replace(settings, cost_approval_timeout=timeout_s)
+    run = FakeRun(hook)
+    run.context = {"ti": SimpleNamespace(id="ti-1")}
+    run.resumed_with = answer
+    return run
+
+
+def _over_budget(run: FakeRun) -> None:
+    CostPolicy(max_cost=5.0, expected_duration=3600.0).before_submit(run, run.app)  # estimate 8.0
+
+
+def test_over_max_cost_asks_an_approver_and_waits(asked):
+    run = _run()
+    with pytest.raises(TaskAwaitingInput) as waiting:
+        _over_budget(run)
+    assert (waiting.value.method_name, waiting.value.timeout) == ("execute", datetime.timedelta(seconds=60))
+    (request,) = asked
+    assert (request["options"], request["defaults"]) == (["Approve", "Reject"], ["Reject"])
+    assert "estimated 8.0000 USD, over max_cost 5 USD" in request["subject"]
+    assert "requested 8 CPU" in request["body"] and "no answer within 60 s" in request["body"]
+    assert "cost_approval" not in run.result_fields
+
+
+def test_an_approval_lets_the_submission_go_on_and_is_recorded(asked):
+    run = _run(answer=_answer(["Approve"], ADMIN))
+    _over_budget(run)  # returns: the lifecycle submits
+    assert run.result_fields["cost_approval"] == {
+        "approved_by": {"id": "7", "name": "admin"},
+        "responded_at": AT.isoformat(),
+        "estimate": 8.0,
+        "max_cost": 5.0,
+        "currency": "USD",
+    }
+    assert asked == []
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (_answer(["Reject"], ADMIN), "admin (id 7) rejected it at 2026-11-26T01:00:00+00:00"),
+        (_answer(["Reject"], None), "no approver answered within 60 s (then it is rejected)"),
+        (TIMED_OUT, "no approver answered within 60 s"),
+    ],
+)
+def test_a_rejection_or_no_answer_fails_with_the_estimate(asked, answer, reason):
+    run = _run(answer=answer)
+    with pytest.raises(TorchXCostApprovalError) as err:
+        _over_budget(run)
+    assert reason in str(err.value)
+    assert "estimated cost 8.0000 USD is over max_cost=5.0 USD and was not approved" in str(err.value)
+    assert isinstance(err.value, TorchXCostLimitError) and "cost_approval" not in run.result_fields
+    assert asked == []  # an answer is never asked again
+
+
+def test_without_the_setting_or_on_a_resubmission_nobody_is_asked(asked):
+    resubmitted = _run()
+    resubmitted.submission = RESUBMITTED  # mid-run: the bound holds without a question
+    for run in (_run(timeout_s=None), resubmitted):
+        with pytest.raises(TorchXCostLimitError) as err:
+            _over_budget(run)
+        assert not isinstance(err.value, TorchXCostApprovalError)
+    assert asked == []
