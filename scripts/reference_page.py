@@ -19,6 +19,13 @@ from typing import Any
 #: who reads it, what it holds. A test compares the names with those the code spells.
 ENVIRONMENT: tuple[tuple[str, str, str, str], ...] = (
     (
+        "TORCHX_PLUGINS_SOURCE",
+        "the site (the job's environment), for TorchX main",
+        "TorchX main's plugin registry in the job; the tracker package's registration module",
+        "where TorchX main looks for trackers: `1` only the `torchx_plugins.*` namespace packages, `2` "
+        "only entry points, unset or `3` both; the tracker's stores register both ways, once each",
+    ),
+    (
         "TORCHX_JOB_ID",
         "TorchX, in every role's env (on Kubernetes the provider rewrites it before submitting)",
         "TorchX's `AppRun.run_from_env()` in the job: the tracker run the job writes to",

@@ -63,6 +63,9 @@ ALLOWED_INTERNAL = {
     # WorkflowTrigger and ExternalTaskSensor do: RuntimeTaskInstance.get_task_states in the worker,
     # the supervisor channel's GetTaskStates in the triggerer. The SDK exports neither.
     ("run/kills.py", "airflow.sdk.execution_time"): "on_kill reads its task instance's state",
+    # The cost approval writes its human-in-the-loop request as the standard provider's HITLOperator
+    # does (upsert_hitl_detail, through the supervisor); the SDK exports no other way to ask.
+    ("policies/cost/approval.py", "airflow.sdk.execution_time.hitl"): "cost approval asks an approver",
 }
 
 
