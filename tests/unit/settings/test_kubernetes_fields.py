@@ -44,7 +44,7 @@ def test_the_run_option_fields_fill_cfg_and_kubeconfig_is_kept_apart():
     [
         ({"scheduler": "slurm", "queue": "q"}, r"'queue' is a setting of the kubernetes scheduler.*'slurm'"),
         ({"queue": "a", "cfg": {"queue": "b"}}, r"extra 'queue' is 'a' but extra 'cfg' says queue='b'"),
-        ({"namespace": 3}, r"extra 'namespace': 3 is not of type 'string'.*Write it as: Kubernetes namespace"),
+        ({"namespace": 3}, r"extra 'namespace': 3 is not of type 'string'.*Write it as: Kubernetes"),
         ({"kubeconfig": "kube/config"}, r"'kubeconfig' must be an absolute path .* or 'in-cluster'"),
     ],
 )
