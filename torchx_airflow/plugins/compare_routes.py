@@ -17,7 +17,7 @@ from typing import Annotated, Any
 from urllib.parse import quote, urlencode
 
 from airflow.api_fastapi.common.db.common import SessionDep
-from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 
 from torchx_airflow.plugins.airflow_runs import DagRunNotFound
@@ -94,101 +94,71 @@ def _page(request: Request, data: dict[str, Any], api_path: str, query: dict[str
     return HTMLResponse(page)
 
 
+def compare_query(
+    task_id: TaskQuery,
+    sort: str | None = None,
+    order: OrderQuery = "asc",
+    show: ShowQuery = None,
+    metric: str | None = None,
+    a: str | None = None,
+    b: str | None = None,
+) -> dict[str, Any]:
+    """The query every comparison route takes (a FastAPI dependency), ``last`` set by the route."""
+    return {
+        "task_id": task_id,
+        "last": None,
+        "sort": sort,
+        "order": order,
+        "show": show or [],
+        "metric": metric,
+        "a": a,
+        "b": b,
+    }
+
+
+CompareQuery = Annotated[dict[str, Any], Depends(compare_query)]
+
+
 def add_compare_routes(app: FastAPI) -> None:
     """Add the comparison page and its JSON to the lineage view's app."""
 
-    def query_of(
-        task_id: str,
-        last: int | None,
-        sort: str | None,
-        order: str,
-        show: list[str] | None,
-        metric: str | None,
-        a: str | None,
-        b: str | None,
-    ) -> dict[str, Any]:
-        return {
-            "task_id": task_id,
-            "last": last,
-            "sort": sort,
-            "order": order,
-            "show": show or [],
-            "metric": metric,
-            "a": a,
-            "b": b,
-        }
-
     @app.get("/api/compare/{dag_id}/{run_id}", dependencies=CanReadLineage)
     def compare_run_json(
-        dag_id: str,
-        run_id: str,
-        task_id: TaskQuery,
-        request: Request,
-        session: SessionDep,
-        sort: str | None = None,
-        order: OrderQuery = "asc",
-        show: ShowQuery = None,
-        metric: str | None = None,
-        a: str | None = None,
-        b: str | None = None,
+        dag_id: str, run_id: str, query: CompareQuery, request: Request, session: SessionDep
     ) -> dict[str, Any]:
         """One DAG run's runs of ``task_id`` (every map index), compared."""
-        query = query_of(task_id, None, sort, order, show, metric, a, b)
-        return _data(request, session, dag_id, run_id, task_id, MAX_ROWS, query)
+        return _data(request, session, dag_id, run_id, query["task_id"], MAX_ROWS, query)
 
     @app.get("/api/compare/{dag_id}", dependencies=CanReadLineage)
     def compare_last_json(
         dag_id: str,
-        task_id: TaskQuery,
+        query: CompareQuery,
         request: Request,
         session: SessionDep,
         last: LastQuery = DEFAULT_LAST,
-        sort: str | None = None,
-        order: OrderQuery = "asc",
-        show: ShowQuery = None,
-        metric: str | None = None,
-        a: str | None = None,
-        b: str | None = None,
     ) -> dict[str, Any]:
         """The runs of ``task_id`` in the DAG's ``last`` runs, compared."""
-        query = query_of(task_id, last, sort, order, show, metric, a, b)
-        return _data(request, session, dag_id, None, task_id, last, query)
+        query["last"] = last
+        return _data(request, session, dag_id, None, query["task_id"], last, query)
 
     @app.get("/compare/{dag_id}/{run_id}", response_class=HTMLResponse, dependencies=CanReadLineage)
     def compare_run_page(
-        dag_id: str,
-        run_id: str,
-        task_id: TaskQuery,
-        request: Request,
-        session: SessionDep,
-        sort: str | None = None,
-        order: OrderQuery = "asc",
-        show: ShowQuery = None,
-        metric: str | None = None,
-        a: str | None = None,
-        b: str | None = None,
+        dag_id: str, run_id: str, query: CompareQuery, request: Request, session: SessionDep
     ) -> HTMLResponse:
         """The comparison page of one DAG run's runs of ``task_id``."""
-        query = query_of(task_id, None, sort, order, show, metric, a, b)
-        data = _data(request, session, dag_id, run_id, task_id, MAX_ROWS, query)
+        data = _data(request, session, dag_id, run_id, query["task_id"], MAX_ROWS, query)
         path = f"/api/compare/{quote(dag_id, safe='')}/{quote(run_id, safe='')}"
         return _page(request, data, path, query)
 
     @app.get("/compare/{dag_id}", response_class=HTMLResponse, dependencies=CanReadLineage)
     def compare_last_page(
         dag_id: str,
-        task_id: TaskQuery,
+        query: CompareQuery,
         request: Request,
         session: SessionDep,
         last: LastQuery = DEFAULT_LAST,
-        sort: str | None = None,
-        order: OrderQuery = "asc",
-        show: ShowQuery = None,
-        metric: str | None = None,
-        a: str | None = None,
-        b: str | None = None,
     ) -> HTMLResponse:
         """The comparison page of the runs of ``task_id`` in the DAG's last runs."""
-        query = query_of(task_id, last, sort, order, show, metric, a, b)
-        data = _data(request, session, dag_id, None, task_id, last, query)
+        query["last"] = last
+        data = _data(request, session, dag_id, None, query["task_id"], last, query)
         return _page(request, data, f"/api/compare/{quote(dag_id, safe='')}", query)
