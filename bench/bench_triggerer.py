@@ -13,7 +13,7 @@ shared poller (one batched query under the old 5-attempt policy, its error hande
 ``retry.legacy_status_retrying``) in the same run.
 
 Environment: ``BENCH_WAITS`` (default 5000), ``BENCH_INTERVAL`` (default 5 s), ``BENCH_ROUNDS``
-(intervals per measurement, default 3), ``BENCH_OUTAGE`` (default 60 s).
+(intervals per measurement, default 3), ``BENCH_OUTAGE`` (default 30 s).
 """
 
 from __future__ import annotations
@@ -234,7 +234,7 @@ def run() -> list[dict[str, Any]]:
     waits = int(os.environ.get("BENCH_WAITS", "5000"))
     interval = float(os.environ.get("BENCH_INTERVAL", "5"))
     rounds = int(os.environ.get("BENCH_ROUNDS", "3"))
-    outage = float(os.environ.get("BENCH_OUTAGE", "60"))
+    outage = float(os.environ.get("BENCH_OUTAGE", "30"))
     saved = {k: os.environ.get(k) for k in ("PATH", "SLURM_CONF", f"AIRFLOW_CONN_{CONN_ID.upper()}")}
     root = Path(tempfile.mkdtemp(prefix="torchx-bench-triggerer-"))
     try:
