@@ -84,8 +84,9 @@ test: install
 test-compose: install
 	$(BIN)/python -m pytest -p no:cacheprovider -s tests/compose $(PYTEST_ARGS)
 
-# Every bench/bench_*.py, each figure against its baseline in the same run: writes docs/benchmarks.md.
-# BENCH_ARGS=tracker runs only bench/bench_tracker.py.
+# Every bench/bench_*.py, each figure against its baseline in the same run: writes bench/results.json
+# and docs/benchmarks.md from it (a unit test checks the page is that rendering; sized for 2 cores).
+# BENCH_ARGS=tracker runs only bench/bench_tracker.py (the other modules' results are kept).
 # The triggerer and log figures run on the Slurm cluster: started here when none answers (root).
 bench: install
 	@bash scripts/slurm/cluster.sh status || bash scripts/slurm/cluster.sh up

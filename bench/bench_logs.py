@@ -94,6 +94,7 @@ def _queries_in_window(log: Path, start: float, end: float) -> int:
 
 def _one_wait(log: Path, today: bool) -> float:
     """Scheduler queries per poll interval while one sync wait follows the held job's logs."""
+    from tests.waits import worker_wait
     from torchx_airflow.operators.torchx import TorchXOperator
 
     app = _app()
@@ -105,7 +106,7 @@ def _one_wait(log: Path, today: bool) -> float:
     polls = _Polls(operator.hook.status)
     operator.hook.status = polls  # type: ignore[method-assign]
     stop = threading.Event()
-    waiter = threading.Thread(target=operator.wait, args=(app_handle, app), daemon=True)
+    waiter = threading.Thread(target=worker_wait, args=(operator, app_handle, app), daemon=True)
     try:
         waiter.start()
         while not polls.times:

@@ -1,9 +1,15 @@
-"""``make bench``: run every ``bench/bench_*.py`` and write docs/benchmarks.md.
+"""``make bench``: run every ``bench/bench_*.py``, keep their figures in bench/results.json and
+write docs/benchmarks.md from it.
 
-    python bench/run.py                      # all benchmarks
-    python bench/run.py tracker              # only bench/bench_tracker.py: its rows replaced, the
-                                             # other modules' rows kept from the existing file
-    python bench/run.py --output /tmp/b.md   # somewhere else
+    python bench/run.py                      # all benchmarks: the results file holds this run only
+    python bench/run.py tracker              # only bench/bench_tracker.py: its results replaced, the
+                                             # other modules' kept from the results file
+    python bench/run.py --check              # does docs/benchmarks.md say what the results say?
+    python bench/run.py --render             # write docs/benchmarks.md from the results again
+    python bench/run.py --output /tmp/b.md --results /tmp/r.json   # somewhere else
+
+The page is only ever rendered from the results file, which only the benchmarks write: no figure in
+it is merged by hand, and a unit test fails when the page and the results disagree.
 
 Each module exposes ``run() -> list[dict]`` (rows in the format of ``bench.common.figure``). A module
 that raises, or returns rows without the expected fields, becomes one row carrying its error; the
@@ -15,16 +21,17 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib.util
+import json
 import math
 import os
 import platform
-import re
 import sys
 import time
 import traceback
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -33,6 +40,7 @@ from bench.common import FIELDS, Figure, error_row  # noqa: E402
 
 BENCH_DIR = REPO / "bench"
 DEFAULT_OUTPUT = REPO / "docs" / "benchmarks.md"
+DEFAULT_RESULTS = BENCH_DIR / "results.json"
 
 
 def discover(only: list[str]) -> list[Path]:
@@ -113,86 +121,97 @@ def _number(value: float, unit: str) -> str:
 TABLE_HEADER = (
     "| module | figure | baseline | target | ratio | median | baseline median | meets target | note |"
 )
-TIMES_HEADER = "| module | wall time | run at |"
-_CELL_SPLIT = re.compile(r"(?<!\\)\|")
 
 
-def _cells(line: str) -> list[str]:
-    return [cell.strip() for cell in _CELL_SPLIT.split(line.strip())[1:-1]]
+def _row_line(module: str, row: Figure) -> str:
+    ratio = row["ratio"]
+    ratio_text = "-" if isinstance(ratio, float) and math.isnan(ratio) else f"{ratio:.3g}"
+    cells = [
+        module,
+        row["figure"],
+        row["baseline"],
+        row["target"],
+        ratio_text,
+        _number(row["value"], row["unit"]),
+        _number(row["baseline_value"], row["unit"]),
+        "yes" if row["meets_target"] else "**no**",
+        row["note"],
+    ]
+    return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
 
 
-def kept_lines(previous: str, modules_run: set[str], new_figures: list[str]) -> tuple[list[str], list[str]]:
-    """The figure rows and module-time rows of ``previous`` (a benchmarks.md) that modules not run
-    this time wrote: a run of some modules replaces their rows and keeps the others'.
+def render(results: dict[str, Any]) -> str:
+    """docs/benchmarks.md from the results file: every row as the bench printed it, nothing else.
 
-    Rows written before the table had a module column are attributed by name: one whose figure
-    starts with the same two words as a figure of this run is this run's (replaced); the others are
-    kept, with ``-`` as their module until their module runs again.
+    ``results``: ``{"modules": {name: {"rows": [...], "seconds": s, "run_at": date, "machine": {...}}}}``.
     """
-    prefixes = {" ".join(name.split()[:2]) for name in new_figures}
-    figures, times = [], []
-    section = None
-    for line in previous.splitlines():
-        if line.startswith("| figure |") or line.startswith("| module | figure |"):
-            section = "figures"
-        elif line.startswith("| module | wall time"):
-            section = "times"
-        elif not line.startswith("|"):
-            section = None if line.strip() else section
-        elif section and not line.startswith("| ---"):
-            cells = _cells(line)
-            if section == "times" and cells and cells[0].removeprefix("bench_") not in modules_run:
-                times.append(line if len(cells) == 3 else line.rstrip() + " - |")
-            elif section == "figures" and len(cells) == 9 and cells[0] not in modules_run:
-                figures.append(line)
-            elif section == "figures" and len(cells) == 8:
-                if " ".join(cells[0].split()[:2]) not in prefixes:
-                    figures.append("| - " + line)
-    return figures, times
-
-
-def render(
-    rows: list[tuple[str, Figure]],
-    timings: dict[str, float],
-    info: dict[str, str],
-    date: str,
-    kept: tuple[list[str], list[str]] = ([], []),
-) -> str:
+    modules = results["modules"]
+    latest = max(modules, key=lambda name: modules[name]["run_at"])
     lines = [
         "# Benchmarks",
         "",
-        "Generated by `make bench` (`bench/run.py`); do not edit by hand. Each figure is measured against",
-        "its baseline in the same run (repetitions interleaved, medians). `ratio` = figure / baseline.",
-        "A run of some modules (`make bench BENCH_ARGS=tracker`) replaces their rows and keeps the",
-        "others' from the run that made them (the last table says when each module ran).",
+        "Generated by `make bench` (`bench/run.py`) from `bench/results.json`; do not edit by hand",
+        "(`python bench/run.py --check` and the unit tests compare the two). Each figure is measured",
+        "against its baseline in the same run (repetitions interleaved, medians). `ratio` = figure /",
+        "baseline. A run of some modules (`make bench BENCH_ARGS=tracker`) replaces their results and",
+        "keeps the others' (the last table says when each module ran, and on what load).",
         "",
-        f"Date: {date}",
+        f"Date: {modules[latest]['run_at']}",
         "",
         TABLE_HEADER,
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for module, row in rows:
-        ratio = row["ratio"]
-        ratio_text = "-" if isinstance(ratio, float) and math.isnan(ratio) else f"{ratio:.3g}"
-        cells = [
-            module.removeprefix("bench_"),
-            row["figure"],
-            row["baseline"],
-            row["target"],
-            ratio_text,
-            _number(row["value"], row["unit"]),
-            _number(row["baseline_value"], row["unit"]),
-            "yes" if row["meets_target"] else "**no**",
-            row["note"],
-        ]
-        lines.append("| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
-    lines += kept[0]
-    lines += ["", "## Machine (of this run)", "", "| | |", "| --- | --- |"]
-    lines += [f"| {key} | {value} |" for key, value in info.items()]
-    lines += ["", "## Time per benchmark module", "", TIMES_HEADER, "| --- | --- | --- |"]
-    lines += [f"| {name} | {seconds:.0f} s | {date} |" for name, seconds in timings.items()]
-    lines += kept[1]
+    for name in sorted(modules):
+        lines += [_row_line(name, row) for row in modules[name]["rows"]]
+    lines += ["", f"## Machine (of the latest run, {latest})", "", "| | |", "| --- | --- |"]
+    lines += [f"| {key} | {value} |" for key, value in modules[latest]["machine"].items()]
+    lines += ["", "## Time per benchmark module", ""]
+    lines += ["| module | wall time | run at | load average at start |", "| --- | --- | --- | --- |"]
+    for name in sorted(modules):
+        module = modules[name]
+        load = module["machine"].get("load average (1 min, at start)", "-")
+        lines.append(f"| {name} | {module['seconds']:.0f} s | {module['run_at']} | {load} |")
     return "\n".join(lines) + "\n"
+
+
+def read_results(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.exists() else {"modules": {}}
+
+
+def write_results(path: Path, results: dict[str, Any]) -> None:
+    # NaN (a failed module's figures) is kept as JSON's NaN extension, which json reads back
+    path.write_text(json.dumps(results, indent=1) + "\n")
+
+
+def check(results_path: Path, output: Path) -> str | None:
+    """Why ``output`` is not what ``results_path`` renders to, or None when it is."""
+    if not results_path.exists():
+        return f"{results_path} is missing: run `make bench`"
+    expected = render(read_results(results_path))
+    if not output.exists() or output.read_text() != expected:
+        return f"{output} is not what {results_path} renders to: run `python bench/run.py --render`"
+    return None
+
+
+def run_modules(only: list[str], results: dict[str, Any], results_path: Path) -> dict[str, Any]:
+    """Run the modules named (all when none), each one's results replacing its last ones."""
+    paths = discover(only)
+    if not paths:
+        raise SystemExit(f"No benchmark matches {only!r} in {BENCH_DIR} (files are bench_<name>.py).")
+    if not only:
+        results = {"modules": {}}  # a whole run keeps nothing of the last one
+    for path in paths:
+        print(f"running {path.name}", flush=True)
+        info = machine()
+        run_at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        rows, seconds = run_module(path)
+        for row in rows:
+            print(f"  {row['figure']}: ratio {row['ratio']:.3g} meets={row['meets_target']} {row['note']}")
+        name = path.stem.removeprefix("bench_")
+        results["modules"][name] = {"rows": rows, "seconds": seconds, "run_at": run_at, "machine": info}
+        results_path.parent.mkdir(parents=True, exist_ok=True)
+        write_results(results_path, results)  # each module's figures kept as soon as it ends
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -200,28 +219,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
     parser.add_argument("only", nargs="*", help="benchmark names (bench_<name>.py) to run; default all")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
+    parser.add_argument("--check", action="store_true", help="only compare the page with the results")
+    parser.add_argument("--render", action="store_true", help="only write the page from the results")
     args = parser.parse_args(argv)
-    paths = discover(args.only)
-    if not paths:
-        raise SystemExit(f"No benchmark matches {args.only!r} in {BENCH_DIR} (files are bench_<name>.py).")
-    info = machine()
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    rows: list[tuple[str, Figure]] = []
-    timings: dict[str, float] = {}
-    for path in paths:
-        print(f"running {path.name}", flush=True)
-        module_rows, seconds = run_module(path)
-        rows += [(path.stem, row) for row in module_rows]
-        timings[path.stem] = seconds
-        for row in module_rows:
-            print(f"  {row['figure']}: ratio {row['ratio']:.3g} meets={row['meets_target']} {row['note']}")
-    kept: tuple[list[str], list[str]] = ([], [])
-    if args.only and args.output.exists():  # the other modules' rows stay
-        modules_run = {p.stem.removeprefix("bench_") for p in paths}
-        kept = kept_lines(args.output.read_text(), modules_run, [row["figure"] for _, row in rows])
+    if args.check:
+        problem = check(args.results, args.output)
+        print(problem or f"{args.output} matches {args.results}")
+        return 1 if problem else 0
+    results = read_results(args.results)
+    if not args.render:
+        results = run_modules(args.only, results, args.results)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(render(rows, timings, info, date, kept))
-    print(f"wrote {args.output}")
+    args.output.write_text(render(results))
+    print(f"wrote {args.output} from {args.results}")
     return 0
 
 

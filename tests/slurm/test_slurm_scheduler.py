@@ -176,6 +176,31 @@ def test_statuses_of_many_apps_take_one_sacct(slurm_hook, submitted, slurm_comma
     assert all(h.rsplit("/", 1)[1] in sacct_call for h in [*handles, unknown])
 
 
+def test_a_job_whose_sacct_record_did_not_change_is_not_parsed_again(slurm_hook, submitted):
+    """Waits on held jobs read the same records every poll: each such job keeps the status object of
+    its last query (nothing parsed, nothing allocated); a job whose record changed is parsed anew."""
+    from torchx_airflow.schedulers.slurm import sacct_records
+
+    handles = [submit(slurm_hook, submitted, sleep_app(name=f"same-{i}"), hold=True) for i in range(2)]
+    ids = [h.rsplit("/", 1)[1] for h in handles]
+    wait_until(lambda: len(sacct_records(ids)) == 2, "accounting to have both jobs", WAIT_SECONDS)
+    parsed = slurm_hook.support("slurm").parsed_statuses
+    first = slurm_hook.statuses(handles)
+    parsed_before = parsed.parsed
+
+    again = slurm_hook.statuses(handles)
+
+    assert all(again[h] is first[h] for h in handles)
+    assert parsed.parsed == parsed_before
+    subprocess.run(["scancel", ids[0]], check=True)
+    changed = wait_until(
+        lambda: (s := slurm_hook.statuses(handles)) and s[handles[0]].state.name == "CANCELLED" and s,
+        "the cancelled job's record to change",
+        WAIT_SECONDS,
+    )
+    assert changed[handles[1]] is first[handles[1]] and changed[handles[1]].state.name == "PENDING"
+
+
 def _reader_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith(READER_THREAD_PREFIX) and t.is_alive()]
 

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.exceptions import TorchXConfigError
 from torchx_airflow.schedulers.base import SchedulerSupport
+from torchx_airflow.schedulers.parsed_statuses import ParsedStatuses
 from torchx_airflow.schedulers.slurm_fields import new_delimiter, split_records, squeue_format
 
 if TYPE_CHECKING:
@@ -167,8 +168,18 @@ def _app_id_of(job_id: str) -> str:
     return job_id.split("+", 1)[0].split(".", 1)[0].split("_", 1)[0]
 
 
-def sacct_rows(app_ids: Sequence[str]) -> list[SlurmJobRow]:
-    """Every allocation of ``app_ids`` in Slurm's accounting, in one ``sacct`` call.
+#: One allocation as printed: (JobID, State, ExitCode, WorkDir, JobName); squeue prints no exit code.
+JobRecord = tuple[str, str, str, str, str]
+
+
+def job_row(record: JobRecord) -> SlurmJobRow:
+    """The row of one printed allocation."""
+    job_id, state, exit_code, workdir, name = record
+    return SlurmJobRow(_app_id_of(job_id), name, state, exit_code, workdir)
+
+
+def sacct_records(app_ids: Sequence[str]) -> list[JobRecord]:
+    """Every allocation of ``app_ids`` in Slurm's accounting, as printed, in one ``sacct`` call.
 
     The job name comes last, between delimiters drawn for this query (``schedulers.slurm_fields``):
     a job that renames itself cannot move its state or exit code.
@@ -181,14 +192,19 @@ def sacct_rows(app_ids: Sequence[str]) -> list[SlurmJobRow]:
     if proc.returncode != 0:
         raise RuntimeError(f"sacct failed (exit code {proc.returncode}): {proc.stderr.strip()}")
     return [
-        SlurmJobRow(_app_id_of(job_id), name, state, exit_code, workdir)
+        (job_id, state, exit_code, workdir, name)
         for job_id, state, exit_code, workdir, name in split_records(proc.stdout, delimiter, 5)
         if "." not in job_id
     ]
 
 
-def squeue_rows(app_ids: Sequence[str]) -> list[SlurmJobRow] | None:
-    """The jobs slurmctld has (queued, running or just ended), in one ``squeue`` call.
+def sacct_rows(app_ids: Sequence[str]) -> list[SlurmJobRow]:
+    """``sacct_records`` as rows."""
+    return [job_row(record) for record in sacct_records(app_ids)]
+
+
+def squeue_records(app_ids: Sequence[str]) -> list[JobRecord] | None:
+    """The jobs slurmctld has (queued, running or just ended), as printed, in one ``squeue`` call.
 
     ``[]`` when slurmctld knows none of them; ``None`` when squeue could not answer.
     """
@@ -199,9 +215,19 @@ def squeue_rows(app_ids: Sequence[str]) -> list[SlurmJobRow] | None:
         # only "none of them": a malformed id ("Invalid job id: 1x") must not read as that
         return [] if "Invalid job id specified" in proc.stderr else None
     return [
-        SlurmJobRow(_app_id_of(job_id), name, state, workdir=workdir)
+        (job_id, state, "", workdir, name)
         for job_id, state, workdir, name in split_records(proc.stdout, delimiter, 4)
     ]
+
+
+def squeue_rows(app_ids: Sequence[str]) -> list[SlurmJobRow] | None:
+    """``squeue_records`` as rows."""
+    records = squeue_records(app_ids)
+    return None if records is None else [job_row(record) for record in records]
+
+
+def _app_status_of(records: tuple[JobRecord, ...]) -> AppStatus:
+    return app_status([job_row(record) for record in records])
 
 
 def app_status(rows: Sequence[SlurmJobRow]) -> AppStatus:
@@ -332,6 +358,10 @@ class SlurmSupport(SchedulerSupport):
         super().__init__(name, runner, *args, **kwargs)
         self._workdirs: dict[str, str] = {}
         self._accounting_config: SlurmAccounting | None = None
+        # a job whose records did not change since the last query is not parsed again
+        self.parsed_statuses: ParsedStatuses[tuple[JobRecord, ...], AppStatus] = ParsedStatuses(
+            _app_status_of
+        )
 
     def _accounting(self, refresh: bool = False) -> SlurmAccounting:
         """The cluster's accounting settings, asked once per hook (raises while scontrol cannot answer)."""
@@ -346,10 +376,10 @@ class SlurmSupport(SchedulerSupport):
         except (RuntimeError, OSError, subprocess.SubprocessError):
             return True
 
-    def _accounting_rows(
+    def _accounting_records(
         self, job_ids: Sequence[str]
-    ) -> tuple[dict[str, list[SlurmJobRow]], Exception | None]:
-        """``sacct``'s rows by app, and the error of a ``sacct`` that failed on a cluster with accounting.
+    ) -> tuple[dict[str, tuple[JobRecord, ...]], Exception | None]:
+        """``sacct``'s records by app, and the error of a ``sacct`` that failed on a cluster with accounting.
 
         ``scontrol show config`` is asked only once ``sacct`` failed: a cluster without accounting
         is remembered and never asked ``sacct`` again; a healthy one never runs ``scontrol``.
@@ -357,7 +387,7 @@ class SlurmSupport(SchedulerSupport):
         if self._accounting_config is not None and not self._accounting_config.enabled:
             return {}, None
         try:
-            return self._by_app(sacct_rows(job_ids)), None
+            return self._by_app(sacct_records(job_ids)), None
         except (RuntimeError, OSError, subprocess.SubprocessError) as e:
             return {}, (e if self._accounting_enabled() else None)
 
@@ -373,30 +403,32 @@ class SlurmSupport(SchedulerSupport):
         job_ids = [i for i in ids if is_job_id(i)]
         if not job_ids:
             return answer
-        found, accounting_error = self._accounting_rows(job_ids)
+        found, accounting_error = self._accounting_records(job_ids)
         missing = [i for i in job_ids if i not in found]
         if missing:
-            queued = squeue_rows(missing)
+            queued = squeue_records(missing)
             if queued is None and accounting_error is not None:
                 raise accounting_error  # neither source answers: the whole query failed
             if queued is None:  # squeue failed: those apps are not answered this time
                 missing = []
             else:
                 found.update(self._by_app(queued))
+        parsed = self.parsed_statuses.statuses(found)
         for app_id in job_ids:
             if app_id in found:
-                answer[app_id] = app_status(found[app_id])
+                answer[app_id] = parsed[app_id]
             elif app_id in missing and accounting_error is None:
                 answer[app_id] = None  # neither accounting (if any) nor slurmctld has it
         return answer
 
-    def _by_app(self, rows: Iterable[SlurmJobRow]) -> dict[str, list[SlurmJobRow]]:
-        by_app: dict[str, list[SlurmJobRow]] = {}
-        for row in rows:
-            by_app.setdefault(row.app_id, []).append(row)
-            if row.workdir and row.workdir not in ("(null)", "n/a"):
-                self._workdirs[row.app_id] = row.workdir
-        return by_app
+    def _by_app(self, records: Iterable[JobRecord]) -> dict[str, tuple[JobRecord, ...]]:
+        by_app: dict[str, list[JobRecord]] = {}
+        for record in records:
+            app_id, workdir = _app_id_of(record[0]), record[3]
+            by_app.setdefault(app_id, []).append(record)
+            if workdir and workdir not in ("(null)", "n/a"):
+                self._workdirs[app_id] = workdir
+        return {app_id: tuple(app_records) for app_id, app_records in by_app.items()}
 
     def leave_resubmission_to_task(self, dryrun_info: AppDryRunInfo) -> None:
         """``--no-requeue`` instead of TorchX's ``--requeue``: Slurm would otherwise put a job whose
@@ -428,9 +460,9 @@ class SlurmSupport(SchedulerSupport):
         """Where the job runs (its output files are there): from the last status query, else asked
         (unless ``ask`` is False)."""
         if ask and app_id not in self._workdirs and is_job_id(app_id):
-            self._accounting_rows([app_id])
+            self._accounting_records([app_id])
             if app_id not in self._workdirs:
-                self._by_app(squeue_rows([app_id]) or [])
+                self._by_app(squeue_records([app_id]) or [])
         return self._workdirs.get(app_id)
 
     def usage(self, app_id: str) -> dict[str, Any] | None:

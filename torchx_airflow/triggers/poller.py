@@ -40,6 +40,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from torchx_airflow.triggers.heap import FREEZER
+
 log = logging.getLogger(__name__)
 
 
@@ -161,6 +163,7 @@ class SharedPoller:
             yield subscriber
         finally:
             self._subscribers.pop(id(subscriber), None)
+            FREEZER.wait_ended()
             if not self._subscribers:
                 self._wake.set()  # the loop sees it has nobody left and ends
 
@@ -183,6 +186,7 @@ class SharedPoller:
             self._task = None
             if self.hook is hook:
                 self.hook = None
+            FREEZER.after_poll(_waits_of_this_loop())
             await asyncio.to_thread(hook.close)
 
     async def _poll_once(self, hook: Any) -> None:
@@ -197,6 +201,8 @@ class SharedPoller:
                 # each offer wakes a trigger: let the loop run these before waking more, so that
                 # 5,000 triggers never hold the event loop in one iteration
                 await asyncio.sleep(0)
+        # thousands of waits: their objects out of the full garbage collection's walk (triggers/heap.py)
+        FREEZER.after_poll(_waits_of_this_loop())
 
     @staticmethod
     def _statuses(hook: Any, handles: list[str]) -> tuple[dict[str, Any], int]:
@@ -217,6 +223,10 @@ class SharedPoller:
 _POLLERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], SharedPoller]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+def _waits_of_this_loop() -> int:
+    return sum(len(p._subscribers) for p in _POLLERS.get(asyncio.get_running_loop(), {}).values())
 
 
 def shared_poller(conn_id: str, scheduler: str, hook_factory: Callable[[], Any]) -> SharedPoller:
