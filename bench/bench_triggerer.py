@@ -140,7 +140,10 @@ async def _legacy_shared_waits(handles: list[str], interval: float) -> None:
     fails the whole batch while accounting is down) under the 5-attempt policy; when the policy gives
     up, every waiting trigger ends with that error (returns then)."""
     from torchx_airflow.retry import legacy_status_retrying
-    from torchx_airflow.schedulers.slurm import sacct_rows
+    from torchx_airflow.schedulers.slurm import job_row, sacct_records
+
+    def sacct_rows(ids: list[str]) -> list:
+        return [job_row(record) for record in sacct_records(ids)]
 
     job_ids = [handle.rsplit("/", 1)[1] for handle in handles]
     while True:

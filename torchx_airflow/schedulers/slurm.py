@@ -198,11 +198,6 @@ def sacct_records(app_ids: Sequence[str]) -> list[JobRecord]:
     ]
 
 
-def sacct_rows(app_ids: Sequence[str]) -> list[SlurmJobRow]:
-    """``sacct_records`` as rows."""
-    return [job_row(record) for record in sacct_records(app_ids)]
-
-
 def squeue_records(app_ids: Sequence[str]) -> list[JobRecord] | None:
     """The jobs slurmctld has (queued, running or just ended), as printed, in one ``squeue`` call.
 
@@ -218,12 +213,6 @@ def squeue_records(app_ids: Sequence[str]) -> list[JobRecord] | None:
         (job_id, state, "", workdir, name)
         for job_id, state, workdir, name in split_records(proc.stdout, delimiter, 4)
     ]
-
-
-def squeue_rows(app_ids: Sequence[str]) -> list[SlurmJobRow] | None:
-    """``squeue_records`` as rows."""
-    records = squeue_records(app_ids)
-    return None if records is None else [job_row(record) for record in records]
 
 
 def _app_status_of(records: tuple[JobRecord, ...]) -> AppStatus:

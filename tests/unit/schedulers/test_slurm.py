@@ -300,11 +300,12 @@ def test_a_job_that_renames_itself_keeps_its_own_state(monkeypatch, command):
 
     renamed = _RenamedJob()
     monkeypatch.setattr(slurm, "_run", renamed)
-    rows = slurm.sacct_rows(["101"]) if command == "sacct" else slurm.squeue_rows(["101"])
+    query = slurm.sacct_records if command == "sacct" else slurm.squeue_records
+    rows = [slurm.job_row(record) for record in query(["101"]) or []]
     assert [(row.app_id, row.state, row.name) for row in rows] == [("101", "RUNNING", _RenamedJob.NAME)]
     assert app_status(rows).state.name == "RUNNING"
     # a fresh delimiter per query: a name set before the query cannot know it
-    slurm.sacct_rows(["101"]) if command == "sacct" else slurm.squeue_rows(["101"])
+    query(["101"])
     assert delimiter_and_count(renamed.calls[0])[0] != delimiter_and_count(renamed.calls[1])[0]
 
 
