@@ -107,6 +107,7 @@ ENVIRONMENT: tuple[tuple[str, str, str, str], ...] = (
 OPERATORS = (
     "torchx_airflow.operators.dryrun.TorchXDryRunOperator",
     "torchx_airflow.operators.torchx.TorchXOperator",
+    "torchx_airflow.operators.promote.TorchXPromoteOperator",
     "torchx_airflow.sensors.torchx.TorchXAppSensor",
 )
 

@@ -12,6 +12,10 @@ lineage plugin's manual promotion (one run a person picked). The rules, in the o
    index (the first grid point declared), so the choice is the same on every retry.
 4. No candidate at all is an error naming the task and the objective. The chosen run must have
    recorded the artifact the asset stands for, else an error.
+5. The artifact's path must lie under a directory the run's own task named in its arguments (kept
+   by the task in XCom ``torchx_app``, out of any job's reach) or under one of the promotion's
+   ``artifact_roots`` (for URLs such as ``s3://models/``). A store is written by every job that tracks
+   to it: a path pointing elsewhere may be another job's file, and is an error, never an event.
 
 Nothing here touches Airflow's database or imports a TorchX scheduler, MLflow or s3fs.
 """
@@ -51,6 +55,7 @@ class PromoteSpec:
     mode: str
     artifact: str
     asset_uri: str
+    artifact_roots: tuple[str, ...] = ()
 
     def better(self, value: float, than: float) -> bool:
         """Whether ``value`` beats ``than`` (strictly: a tie keeps the earlier run)."""
@@ -66,6 +71,8 @@ class Candidate:
     state: str | None
     artifacts: Mapping[str, Any] = field(default_factory=dict)
     metrics: Mapping[str, float] = field(default_factory=dict)
+    #: the directories the run's own task named in its arguments (XCom ``torchx_app``)
+    roots: tuple[str, ...] = ()
 
     @property
     def succeeded(self) -> bool:
@@ -113,6 +120,16 @@ def candidates_from_results(results: Mapping[int, Any]) -> list[Candidate]:
             )
         )
     return candidates
+
+
+def with_roots(candidates: Sequence[Candidate], submitted: Mapping[int, Any]) -> list[Candidate]:
+    """``candidates`` with the output roots their tasks recorded (XCom ``torchx_app`` by map index)."""
+    for candidate in candidates:
+        record = submitted.get(candidate.map_index)
+        roots = record.get("output_roots") if isinstance(record, Mapping) else None
+        if isinstance(roots, list):
+            candidate.roots = tuple(str(root) for root in roots if isinstance(root, str) and root)
+    return list(candidates)
 
 
 def numeric_metadata(metadata: Mapping[str, Any]) -> dict[str, float]:
@@ -174,7 +191,20 @@ def artifact_path(candidate: Candidate, spec: PromoteSpec, where: str) -> str:
             f"(AppRun.run_from_env().add_artifact({spec.artifact!r}, path)) or set artifact= to one it "
             "records."
         )
-    return strip_userinfo(str(artifact["path"]))
+    path = strip_userinfo(str(artifact["path"]))
+    from torchx_airflow.apps import is_under
+
+    roots = (*candidate.roots, *spec.artifact_roots)
+    if not any(is_under(path, root) for root in roots):
+        raise TorchXPromotionError(
+            f"{where}: the best run {candidate.app_handle} recorded artifact {spec.artifact!r} at {path!r}, "
+            f"outside the directories its task named ({', '.join(candidate.roots) or 'none'}) and the "
+            f"promotion's artifact_roots ({', '.join(spec.artifact_roots) or 'none'}). A tracker store "
+            "is written by every job that tracks to it, so a path elsewhere is not promoted: write the "
+            "artifact under the task's output directory, or list its root (e.g. 's3://models/') in "
+            "artifact_roots=."
+        )
+    return path
 
 
 def promotion_extra(candidate: Candidate, spec: PromoteSpec, promoted_by: str, where: str) -> dict[str, Any]:
@@ -224,5 +254,7 @@ def with_final_metrics(
         read = final_metrics
     for candidate in candidates:
         if candidate.succeeded:
-            candidate.metrics = {**candidate.metrics, **read(store, candidate.app_handle)}
+            # what the task returned when the run ended wins over what the store says now (any job
+            # may write there later); the store adds the curves' last points and later metrics
+            candidate.metrics = {**read(store, candidate.app_handle), **candidate.metrics}
     return list(candidates)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from torchx_airflow.apps import json_safe, summarize_role
+from torchx_airflow.apps import json_safe, output_roots, summarize_role
 from torchx_airflow.secrets import redact_text, should_hide_value_for_key
 
 if TYPE_CHECKING:
@@ -48,4 +48,6 @@ def submitted_app(
         "app_name": app.name,
         "cfg": json_safe({k: redact_text(str(v)) if isinstance(v, str) else v for k, v in cfg.items()}),
         "roles": roles,
+        # the directories the task's own arguments name: where its artifacts may be promoted from
+        "output_roots": [redact_text(root) for root in output_roots(app)],
     }

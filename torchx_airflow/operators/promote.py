@@ -27,6 +27,7 @@ from airflow.sdk import Asset, BaseOperator
 
 from torchx_airflow.exceptions import TorchXInputError
 from torchx_airflow.hooks.torchx import TorchXHook
+from torchx_airflow.lineage.keys import XCOM_SUBMITTED_APP
 from torchx_airflow.lineage.promotion import (
     PromoteSpec,
     candidates_from_results,
@@ -35,6 +36,7 @@ from torchx_airflow.lineage.promotion import (
     promotion_extra,
     record_promotion,
     with_final_metrics,
+    with_roots,
 )
 
 if TYPE_CHECKING:
@@ -60,6 +62,8 @@ class TorchXPromoteOperator(BaseOperator):
     :param mode: ``"min"`` (a loss) or ``"max"`` (an accuracy): which value is best.
     :param artifact: the artifact of the best run the asset event points at (its ``path``).
     :param asset: the ``Asset`` that receives the event; added to the task's ``outlets``.
+    :param artifact_roots: directories or URL prefixes (``"s3://models/"``) the artifact may lie under
+        besides the directories ``runs_of``'s own arguments name; a path anywhere else is refused.
     :param tracker_conn_ids: where the promotion is recorded; default: ``runs_of``'s own trackers.
     :param torchx_conn_id: the torchx connection whose trackers are used when neither task names any.
 
@@ -80,6 +84,7 @@ class TorchXPromoteOperator(BaseOperator):
         mode: str,
         artifact: str,
         asset: Asset,
+        artifact_roots: Sequence[str] = (),
         tracker_conn_ids: str | Sequence[str] | None = None,
         torchx_conn_id: str | None = None,
         **kwargs: Any,
@@ -97,6 +102,12 @@ class TorchXPromoteOperator(BaseOperator):
         self.mode = mode
         self.artifact = artifact
         self.asset = asset
+        if isinstance(artifact_roots, str) or not all(isinstance(r, str) and r for r in artifact_roots):
+            raise TorchXInputError(
+                f"TorchXPromoteOperator {self.task_id!r}: artifact_roots={artifact_roots!r} must be a list "
+                'of directories or URL prefixes, e.g. artifact_roots=["s3://models/"].'
+            )
+        self.artifact_roots = tuple(artifact_roots)
         self.tracker_conn_ids = tracker_conn_ids
         self.torchx_conn_id = torchx_conn_id
         if asset not in self.outlets:
@@ -106,12 +117,16 @@ class TorchXPromoteOperator(BaseOperator):
         """Pick, record and publish the best run; the return value is the asset event's extra."""
         where = f"Task {self.task_id!r}"
         check_promote_args(self.task_id, self.runs_of, self.objective, self.mode, self.artifact)
-        spec = PromoteSpec(self.runs_of, self.objective, self.mode, self.artifact, self.asset.uri)
+        spec = PromoteSpec(
+            self.runs_of, self.objective, self.mode, self.artifact, self.asset.uri, self.artifact_roots
+        )
         upstream = self._upstream(where)
         results = self._results(context, upstream)
+        submitted = self._results(context, upstream, key=XCOM_SUBMITTED_APP)
         trackers = self._trackers(upstream, where)
         store = trackers.stores[0] if trackers else None
-        best = pick_best(with_final_metrics(candidates_from_results(results), store), spec, where)
+        candidates = with_roots(candidates_from_results(results), submitted)
+        best = pick_best(with_final_metrics(candidates, store), spec, where)
         dag_run = context["dag_run"]
         extra = promotion_extra(best, spec, f"dag_run {dag_run.dag_id}/{dag_run.run_id}", where)
         record_promotion(trackers.stores if trackers else [], extra, spec.asset_uri)
@@ -138,14 +153,15 @@ class TorchXPromoteOperator(BaseOperator):
             )
         return dag.get_task(self.runs_of)
 
-    def _results(self, context: Context, upstream: Any) -> dict[int, Any]:
-        """The upstream's returned results of this DAG run, by map index (None where none was pushed)."""
+    def _results(self, context: Context, upstream: Any, key: str = "return_value") -> dict[int, Any]:
+        """The upstream's XComs ``key`` (its returned results) of this DAG run, by map index (None
+        where none was pushed)."""
         ti = context["ti"]
         if not getattr(upstream, "is_mapped", False):
-            return {-1: ti.xcom_pull(task_ids=self.runs_of, map_indexes=-1)}
+            return {-1: ti.xcom_pull(task_ids=self.runs_of, map_indexes=-1, key=key)}
         count = ti.get_ti_count(dag_id=ti.dag_id, task_ids=[self.runs_of], run_ids=[ti.run_id])
         indexes = list(range(count))
-        values = ti.xcom_pull(task_ids=self.runs_of, map_indexes=indexes) if indexes else []
+        values = ti.xcom_pull(task_ids=self.runs_of, map_indexes=indexes, key=key) if indexes else []
         return dict(zip(indexes, values, strict=True))
 
     def _trackers(self, upstream: Any, where: str) -> TrackerSet:

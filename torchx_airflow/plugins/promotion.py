@@ -44,6 +44,7 @@ from torchx_airflow.lineage.promotion import (
     promotion_extra,
     record_promotion,
     with_final_metrics,
+    with_roots,
 )
 
 if TYPE_CHECKING:
@@ -108,6 +109,7 @@ def promote_spec(session: Session, dag_id: str, task_id: str, promote_task_id: s
         )
     (task,) = promoters
     fields = {name: getattr(task, name) for name in ("objective", "mode", "artifact")}
+    artifact_roots = tuple(str(root) for root in getattr(task, "artifact_roots", ()) or ())
     if any("{{" in str(value) for value in fields.values()):
         raise HTTPException(
             409,
@@ -118,19 +120,23 @@ def promote_spec(session: Session, dag_id: str, task_id: str, promote_task_id: s
     if asset is None:
         raise HTTPException(409, f"Task {task.task_id!r} of DAG {dag_id!r} has no asset outlet.")
     objective, mode, artifact = (str(fields[name]) for name in ("objective", "mode", "artifact"))
-    return PromoteSpec(task_id, objective, mode, artifact, asset.uri)
+    return PromoteSpec(task_id, objective, mode, artifact, asset.uri, artifact_roots)
 
 
 def _candidate(session: Session, dag_id: str, run_id: str, body: PromoteRequest) -> Candidate:
     from airflow.models.dagrun import DagRun
 
+    from torchx_airflow.lineage.keys import XCOM_SUBMITTED_APP
     from torchx_airflow.plugins.airflow_runs import XCOM_RESULT, xcom_values
 
     if session.scalar(select(DagRun.id).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id)) is None:
         raise HTTPException(404, f"DAG run {run_id!r} of DAG {dag_id!r} does not exist.")
-    pushed = xcom_values(session, dag_id, [run_id], [XCOM_RESULT])
-    result = pushed.get((run_id, body.task_id, body.map_index), {}).get(XCOM_RESULT)
-    (candidate,) = candidates_from_results({body.map_index: result})
+    pushed = xcom_values(session, dag_id, [run_id], [XCOM_RESULT, XCOM_SUBMITTED_APP])
+    values = pushed.get((run_id, body.task_id, body.map_index), {})
+    (candidate,) = with_roots(
+        candidates_from_results({body.map_index: values.get(XCOM_RESULT)}),
+        {body.map_index: values.get(XCOM_SUBMITTED_APP)},
+    )
     if not candidate.succeeded:
         raise HTTPException(
             409,

@@ -105,7 +105,7 @@ class TorchXConnectionSettings:
                 "Set extra 'infrastructure_retries' to e.g. 3.",
             ),
             prices=PriceTable.from_extra(conn_id, get("prices")),
-            cost_approval_timeout=get("cost_approval_timeout"),  # its schema: a positive number
+            cost_approval_timeout=_seconds(get("cost_approval_timeout")),  # its schema: a positive number
             cache=parse_bool(conn_id, "cache", get("cache")),
             cache_ttl=_parse_cache_ttl(conn_id, get("cache_ttl")),
             cache_scope=_checked(
@@ -118,6 +118,11 @@ class TorchXConnectionSettings:
                 conn_id, checks.check_checkpoint_root, get("checkpoint_root"), "Set extra 'checkpoint_root'."
             ),
         )
+
+
+def _seconds(value: Any) -> float | None:
+    """A number of seconds the schema already checked, as stored: ``3600`` or the form's ``"3600"``."""
+    return None if value is None else float(value)
 
 
 def _checked(conn_id: str, check: Callable[[Any, str], Any], value: Any, fix: str) -> Any:

@@ -20,6 +20,7 @@ from torchx_airflow.lineage.promotion import (
     promotion_extra,
     record_promotion,
     with_final_metrics,
+    with_roots,
 )
 from torchx_airflow.operators.promote import TorchXPromoteOperator
 
@@ -74,16 +75,51 @@ def test_a_succeeded_run_without_a_finite_objective_is_an_error_naming_it(bad):
     assert "objective 'loss' is missing or not a finite number" in message
 
 
-def test_final_metrics_from_the_store_count_over_metadata():
+def test_the_result_the_task_returned_wins_over_the_store_which_adds_what_it_lacks():
+    # train-1's loss in the store was rewritten after its task returned (any job may write there)
     results = {0: _result(0, loss=0.1), 1: _result(1, loss=0.5)}
-    store_metrics = {"local_cwd://torchx/train-1": {"loss": 0.05}, "local_cwd://torchx/train-0": {}}
+    store_metrics = {
+        "local_cwd://torchx/train-1": {"loss": 0.05, "val_loss": 0.2},
+        "local_cwd://torchx/train-0": {"val_loss": 0.3},
+    }
     read = lambda store, run_id: store_metrics[run_id]  # noqa: E731 - the reader's signature
     candidates = with_final_metrics(candidates_from_results(results), object(), read)  # type: ignore[arg-type]
-    assert pick_best(candidates, MIN_LOSS, "t").map_index == 1
+    assert pick_best(candidates, MIN_LOSS, "t").map_index == 0
+    # a metric only the store has (a curve's last point) still counts
+    by_val = PromoteSpec("train", "val_loss", "min", "model", "model://p/best")
+    assert pick_best(candidates, by_val, "t").map_index == 1
+
+
+def _with_roots(results: dict) -> list:
+    """Candidates with the output roots their tasks recorded (``--out /out/train-<i>``)."""
+    submitted = {i: {"output_roots": [f"/out/train-{i}"]} for i in results}
+    return with_roots(candidates_from_results(results), submitted)
+
+
+@pytest.mark.parametrize(
+    "path", ["/etc/airflow/secret.key", "/out/train-0/../../etc/passwd", "/out/train-1/model.pt",
+             "s3://attacker/backdoored.pt", "https://attacker.example/m.pt"],
+)  # fmt: skip
+def test_an_artifact_outside_the_tasks_own_directories_is_refused_naming_the_fix(path):
+    result = {**_result(0, loss=0.1), "artifacts": {"model": {"name": "model", "path": path}}}
+    best = pick_best(_with_roots({0: result}), MIN_LOSS, "t")
+    expected = r"outside the directories its task named \(/out/train-0\).*artifact_roots="
+    with pytest.raises(TorchXPromotionError, match=expected):
+        promotion_extra(best, MIN_LOSS, "dag_run p/r1", "t")
+
+
+def test_artifact_roots_admit_a_url_prefix_and_a_result_without_recorded_roots_admits_nothing():
+    result = {**_result(0, loss=0.1), "artifacts": {"model": {"name": "model", "path": "s3://models/a/m.pt"}}}
+    spec = PromoteSpec("train", "loss", "min", "model", "model://p/best", ("s3://models/",))
+    best = pick_best(candidates_from_results({0: result}), spec, "t")
+    assert promotion_extra(best, spec, "dag_run p/r1", "t")["path"] == "s3://models/a/m.pt"
+    local = pick_best(candidates_from_results({0: _result(0, loss=0.1)}), MIN_LOSS, "t")
+    with pytest.raises(TorchXPromotionError, match=r"its task named \(none\)"):
+        promotion_extra(local, MIN_LOSS, "dag_run p/r1", "t")
 
 
 def test_the_extra_carries_the_run_the_path_and_the_value():
-    best = pick_best(candidates_from_results({0: _result(0, loss=0.25)}), MIN_LOSS, "t")
+    best = pick_best(_with_roots({0: _result(0, loss=0.25)}), MIN_LOSS, "t")
     assert promotion_extra(best, MIN_LOSS, "dag_run p/r1", "t") == {
         "app_handle": "local_cwd://torchx/train-0",
         "artifact": "model",
@@ -109,7 +145,7 @@ def test_the_promotion_is_recorded_on_the_run_in_the_store(tmp_path):
     from torchx_airflow_tracker.fsspec_store import FsspecStore
 
     store = FsspecStore(str(tmp_path))
-    best = pick_best(candidates_from_results({0: _result(0, loss=0.25)}), MIN_LOSS, "t")
+    best = pick_best(_with_roots({0: _result(0, loss=0.25)}), MIN_LOSS, "t")
     record_promotion([store], promotion_extra(best, MIN_LOSS, "dag_run p/r1", "t"), MIN_LOSS.asset_uri)
     record = store.metadata("local_cwd://torchx/train-0")[PROMOTED_KEY]
     assert {k: v for k, v in record.items() if k != "at"} == {

@@ -104,3 +104,20 @@ def test_a_credential_field_is_named_but_its_value_never_shown():
         with pytest.raises(TorchXConnectionError, match="extra 'storage_options'") as err:
             validate_extra("store", "torchx_fsspec", {"root": "/r", "storage_options": value})
         assert secret not in str(err.value)
+
+
+def test_every_numeric_field_stored_as_text_reaches_its_setting_as_a_number():
+    """The form stores numbers as text: each numeric field of the torchx connection, given as text,
+    comes out of the connection's settings as the number (no field is left as the string it was)."""
+    from torchx_airflow.settings.connection import TorchXConnectionSettings
+
+    numeric = {
+        key: field
+        for key, field in CONN_FIELDS["torchx"].items()
+        if {"number", "integer"} & set(field["schema"]["type"])
+    }
+    assert {"cost_approval_timeout", "outage_timeout", "cache_ttl"} <= set(numeric)
+    settings = TorchXConnectionSettings.from_extra("c", {key: "3600" for key in numeric})
+    for key in numeric:
+        value = getattr(settings, key)
+        assert isinstance(value, int | float) and value == 3600, (key, value)
