@@ -97,11 +97,15 @@ def test_every_rank_writes_under_its_own_names(tmp_path):
     run = AppRun("local_cwd://torchx/app-2", [FsspecStore(root)])
     for rank in (0, 1):
         MetricsLogger(run, every_rank=True, rank=rank).log(2, loss=0.25)
-    # two writers, two entries of one key: the later one is what a metadata read merges to
-    entry = FsspecStore(root).metadata(run.id)[METRICS_KEY]
-    assert entry["series"] == {"loss.rank1": [[2, 0.25]]}
+    # two writers, two entries under a key each: a metadata read keeps both ranks' curves
+    metadata = FsspecStore(root).metadata(run.id)
+    assert metadata[f"{METRICS_KEY}.rank0"]["series"] == {"loss.rank0": [[2, 0.25]]}
+    assert metadata[f"{METRICS_KEY}.rank1"]["series"] == {"loss.rank1": [[2, 0.25]]}
     names = os.listdir(Path(root) / run_dir_name(run.id) / METADATA)
     assert len(names) == 2
+    from torchx_airflow.lineage.metrics import metric_series
+
+    assert metric_series(FsspecStore(root), run.id) == {"loss.rank0": [(2, 0.25)], "loss.rank1": [(2, 0.25)]}
 
 
 def test_rank_comes_from_torchrun_then_slurm(monkeypatch):

@@ -239,19 +239,26 @@ class FsspecStore(EdgeQueries, TrackerBase):
         self._append(run_id, METADATA, {"metadata": kwargs})
 
     def log_metrics(
-        self, run_id: str, metrics: Mapping[str, float], step: int, entry: Mapping[str, Any], entry_name: str
+        self,
+        run_id: str,
+        metrics: Mapping[str, float],
+        step: int,
+        entry: Mapping[str, Any],
+        entry_name: str,
+        key: str = "",
     ) -> None:
         """A metrics writer's entry (``torchx_airflow_tracker.metrics``), replacing its last one.
 
-        The entry is ordinary metadata (key ``torchx_metrics``) under one name per writer, so TorchX's
-        readers see it and a run keeps one file per writer however many steps it logs.
+        The entry is ordinary metadata (key ``torchx_metrics``, or ``torchx_metrics.rank<N>`` when
+        every rank writes) under one name per writer, so TorchX's readers see it and a run keeps one
+        file per writer however many steps it logs.
         """
         from torchx_airflow_tracker.metrics import METRICS_KEY
 
         run_dir = self._touch(run_id)
         self.files.write(
             posixpath.join(run_dir, METADATA, entry_name),
-            json.dumps({"metadata": {METRICS_KEY: entry}}),
+            json.dumps({"metadata": {key or METRICS_KEY: entry}}),
             posixpath.join(run_dir, STAGING),
         )
 

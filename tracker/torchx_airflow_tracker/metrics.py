@@ -118,6 +118,9 @@ class MetricsLogger:
         self.rank = process_rank() if rank is None else rank
         self.writes = every_rank or self.rank == 0
         self.suffix = f".rank{self.rank}" if every_rank else ""
+        # the entry's metadata key: one per rank when every rank writes (a metadata read merges
+        # entries by key, so ranks sharing one key would keep only the last rank's curves)
+        self.key = f"{METRICS_KEY}{self.suffix}"
         # this process's entry on fsspec stores: one name, replaced on every write
         self.entry_name = _entry_name()
         self.final: dict[str, float] = {}
@@ -151,9 +154,9 @@ class MetricsLogger:
         for backend in self._backends():
             log_step = getattr(backend, "log_metrics", None)
             if log_step is not None:  # this package's stores
-                log_step(self.run.id, named, step, entry, self.entry_name)
+                log_step(self.run.id, named, step, entry, self.entry_name, key=self.key)
             else:
-                backend.add_metadata(self.run.id, **{METRICS_KEY: entry})
+                backend.add_metadata(self.run.id, **{self.key: entry})
 
     def log_final(self, **metrics: float) -> None:
         """Record the run's final metrics (numeric metadata)."""

@@ -430,7 +430,13 @@ class MlflowStore(EdgeQueries, TrackerBase):
         self._log_tags(run_id, entries, {k: v for k, v in metrics.items() if k not in self._series_keys})
 
     def log_metrics(
-        self, run_id: str, metrics: Mapping[str, float], step: int, entry: object = None, entry_name: str = ""
+        self,
+        run_id: str,
+        metrics: Mapping[str, float],
+        step: int,
+        entry: object = None,
+        entry_name: str = "",
+        key: str = "",
     ) -> None:
         """Step metrics as MLflow metrics with their step (``torchx_airflow_tracker.metrics``).
 

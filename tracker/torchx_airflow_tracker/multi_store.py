@@ -58,7 +58,13 @@ class MultiStore(TrackerBase):
             store.add_metadata(run_id, **kwargs)
 
     def log_metrics(
-        self, run_id: str, metrics: Mapping[str, float], step: int, entry: Mapping[str, Any], entry_name: str
+        self,
+        run_id: str,
+        metrics: Mapping[str, float],
+        step: int,
+        entry: Mapping[str, Any],
+        entry_name: str,
+        key: str = "",
     ) -> None:
         """Step metrics to every store (``torchx_airflow_tracker.metrics``)."""
         from torchx_airflow_tracker.metrics import METRICS_KEY
@@ -66,9 +72,9 @@ class MultiStore(TrackerBase):
         for store in self.stores:
             log_metrics = getattr(store, "log_metrics", None)
             if log_metrics is not None:
-                log_metrics(run_id, metrics, step, entry, entry_name)
+                log_metrics(run_id, metrics, step, entry, entry_name, key=key or METRICS_KEY)
             else:
-                store.add_metadata(run_id, **{METRICS_KEY: entry})
+                store.add_metadata(run_id, **{key or METRICS_KEY: entry})
 
     def metadata(self, run_id: str) -> Mapping[str, object]:
         return self.stores[0].metadata(run_id)
