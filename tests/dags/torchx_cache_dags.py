@@ -7,7 +7,9 @@ one input of ``b`` at a time (an argument, an env value, the image, the salt, th
 write to a directory of the DAG run (left out of the key by ``cache_ignore_args``), ``b`` to one its
 output's inputs name, so ``c`` runs again only when ``b``'s output changed; every job appends its
 name to the ledger file, so the tests count the jobs that really ran. ``a`` is cached by its
-connection's default (extra ``cache``), ``b`` and ``c`` by their own ``cache=True``.
+connection's default (extra ``cache``), ``b`` and ``c`` by their own ``cache=True``. ``a_hostile``
+makes ``a``'s job record a path the launcher must not read; ``tx_cache_other`` is ``tx_cache`` in
+another DAG (tests/integration/test_hostile_store_dags.py).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ def _dag(dag_id: str, conn_id: str, deferrable: bool) -> DAG:
         "output_dir": Param("/tmp/tx-cache", type="string"),
         "ledger": Param("/tmp/tx-cache/ledger", type="string"),
         "a_value": Param("1", type="string"),
+        "a_hostile": Param("", type="string"),
         "b_value": Param("1", type="string"),
         "b_env": Param("x", type="string"),
         "b_image": Param("ghcr.io/pytorch/torchx:0.7.0", type="string"),
@@ -64,7 +67,7 @@ def _dag(dag_id: str, conn_id: str, deferrable: bool) -> DAG:
                 "--out",
                 f"{OUT}/a",
             ],  # fmt: skip
-            env={**LEDGER, "API_TOKEN": SECRET},
+            env={**LEDGER, "API_TOKEN": SECRET, "CACHE_HOSTILE_ARTIFACT": "{{ params.a_hostile }}"},
             outlets=[A_OUT],
             artifact_assets={"out": A_OUT},
             **step,
@@ -112,3 +115,4 @@ def _dag(dag_id: str, conn_id: str, deferrable: bool) -> DAG:
 
 tx_cache = _dag("tx_cache", "torchx_default", deferrable=False)
 tx_cache_slurm = _dag("tx_cache_slurm", "torchx_slurm", deferrable=True)
+tx_cache_other = _dag("tx_cache_other", "torchx_default", deferrable=False)  # the same steps, another DAG

@@ -51,12 +51,18 @@ class Pipeline:
             ),
         }
 
-    def run(self, trackers: tuple[str, ...] = ("cache_fs", "cache_ml"), **changes):
+    def run(
+        self,
+        trackers: tuple[str, ...] = ("cache_fs", "cache_ml"),
+        dag_id: str = "tx_cache",
+        env: dict[str, str] | None = None,
+        **changes,
+    ):
         before = self.ledger.read_text().split()
         events = self.tmp / f"events-{len(self.durations)}.jsonl"
-        env = {**self.env(list(trackers)), **file_transport(events)}
+        env = {**self.env(list(trackers)), **file_transport(events), **(env or {})}
         started = time.monotonic()
-        result = self.run_dag("tx_cache", conf={**self.baseline, **changes}, env=env)
+        result = self.run_dag(dag_id, conf={**self.baseline, **changes}, env=env)
         self.durations.append(time.monotonic() - started)
         self.events[result.run_id] = read_events(events) if events.exists() else []
         ran = self.ledger.read_text().split()[len(before) :]

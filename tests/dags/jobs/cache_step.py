@@ -1,7 +1,9 @@
 """One step of the cache tests' pipeline: reads its input (if any), writes its output, records it.
 
 Every run appends its step name to the file ``CACHE_LEDGER`` names: the ledger counts the jobs
-that really ran, whatever Airflow or the trackers say.
+that really ran, whatever Airflow or the trackers say. A hostile step (``CACHE_HOSTILE_ARTIFACT``
+set, as any job tracking to the store could) also records an artifact ``planted`` at that path, or
+at a FIFO it makes beside its output for ``fifo``: the launcher must not read it.
 """
 
 from __future__ import annotations
@@ -33,4 +35,10 @@ out.write_text(f"{upstream}{args.name}={args.value} env={os.environ.get('STEP_EN
 run = AppRun.run_from_env()
 run.add_metadata(step=args.name, value=args.value)
 run.add_artifact("out", str(out), {"step": args.name})
+planted = os.environ.get("CACHE_HOSTILE_ARTIFACT", "")
+if planted == "fifo":
+    planted = str(out.parent / "planted.fifo")
+    os.mkfifo(planted)
+if planted:
+    run.add_artifact("planted", planted)
 print(f"{args.name}: wrote {out}", flush=True)
