@@ -200,7 +200,15 @@ def _api_suite(backend: type[TrackerBase]) -> dict[str, str]:
     module = _load("torchx/tracker/test/api_test.py")
     module.TestTrackerBackend = backend
     AppRun.run_from_env.cache_clear()  # TorchX caches the AppRun per process: not across our backends
-    return _run(module.AppRunApiTest, module.TrackerFactoryMethodsTest)
+    # TorchX's tests set TORCHX_JOB_ID (and trackers) in os.environ and leave them: a later test in
+    # this process, or a reader it starts, would act as that job
+    saved = dict(os.environ)
+    try:
+        return _run(module.AppRunApiTest, module.TrackerFactoryMethodsTest)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        AppRun.run_from_env.cache_clear()
 
 
 @pytest.mark.parametrize("backend", [_FsspecBackend, _MlflowBackend], ids=["fsspec", "mlflow"])

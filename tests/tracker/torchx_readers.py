@@ -71,7 +71,9 @@ def fetch_torchx_main(workdir: Path) -> Path:
 
 
 def _python(code: str, args: list[str], torchx_path: Path | None) -> str:
-    env = dict(os.environ)
+    # a reader, not a job: no job id, trackers or parent run of whatever ran before in this process
+    job_side = ("TORCHX_JOB_ID", "TORCHX_TRACKER", "TORCHX_PARENT")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(job_side)}
     if torchx_path is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(torchx_path), env.get("PYTHONPATH")]))
     out = subprocess.run(
