@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import http.server
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -187,3 +189,41 @@ def moto_s3_server_process(workdir: Path) -> Iterator[tuple[str, subprocess.Pope
     cmd = [str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)]
     with _server(cmd, f"{endpoint}/moto-api/", workdir) as proc:
         yield endpoint, proc
+
+
+class _RecordingHandler(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with ``model`` and every HEAD with its length; keeps each request line."""
+
+    requests: list[str]
+
+    def do_GET(self) -> None:
+        self.requests.append(f"GET {self.path}")
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"model")
+
+    def do_HEAD(self) -> None:
+        self.requests.append(f"HEAD {self.path}")
+        self.send_response(200)
+        self.send_header("Content-Length", "5")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def recording_http_server(path: str = "/backdoored.pt") -> Iterator[tuple[str, list[str]]]:
+    """An HTTP server on loopback, in a thread of this process: yields a URL on it and the list of
+    the requests it saw (what a test asserts stayed empty); stopped on exit."""
+    requests: list[str] = []
+    handler = type("Recording", (_RecordingHandler,), {"requests": requests})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}{path}", requests
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

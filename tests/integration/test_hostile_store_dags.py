@@ -13,15 +13,14 @@ named fake scheduler (tests/unit/policies/test_resubmission.py).
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 
 import pytest
 from torchx_airflow_tracker.fsspec_store import FsspecStore
 from torchx_airflow_tracker.mlflow_store import MlflowStore
 
 from tests.integration.test_cache_dags import STEPS, Pipeline, task_seconds
+from tests.services import recording_http_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
 #: the suite's deployment key (tests/conftest.py) and another deployment's
@@ -73,38 +72,11 @@ def test_another_dags_record_is_never_a_hit_not_even_copied_under_this_dags_key(
     assert first.xcom("b")["app_handle"] not in json.dumps(again.xcom("c"))
 
 
-class _Recorder(http.server.BaseHTTPRequestHandler):
-    requests: list[str] = []
-
-    def do_GET(self) -> None:
-        self.requests.append(f"GET {self.path}")
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b"model")
-
-    def do_HEAD(self) -> None:
-        self.requests.append(f"HEAD {self.path}")
-        self.send_response(200)
-        self.send_header("Content-Length", "5")
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def loopback_url():
     """A URL on an HTTP server on loopback (reachable from the task and its job), and the requests it saw."""
-    _Recorder.requests = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/backdoored.pt", _Recorder.requests
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with recording_http_server() as served:
+        yield served
 
 
 @pytest.mark.parametrize(

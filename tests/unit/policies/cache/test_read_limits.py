@@ -8,7 +8,6 @@ HTTP server on loopback that must see no request.
 
 from __future__ import annotations
 
-import http.server
 import os
 import threading
 import time
@@ -17,6 +16,7 @@ import uuid
 import pytest
 from torchx_airflow_tracker.fsspec_store import FsspecStore
 
+from tests.services import recording_http_server
 from torchx_airflow.policies.cache.fingerprints import FingerprintError, ReadScope, fingerprint, read_scope
 from torchx_airflow.policies.cache.inputs import file_inputs, parent_inputs
 from torchx_airflow.policies.cache.records import usable
@@ -24,38 +24,11 @@ from torchx_airflow.policies.cache.records import usable
 PARENT = "local_cwd://torchx/prepare-1"
 
 
-class _Recorder(http.server.BaseHTTPRequestHandler):
-    requests: list[str] = []
-
-    def do_GET(self) -> None:
-        self.requests.append(f"GET {self.path}")
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b"model")
-
-    def do_HEAD(self) -> None:
-        self.requests.append(f"HEAD {self.path}")
-        self.send_response(200)
-        self.send_header("Content-Length", "5")
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def loopback_url():
     """A URL on an HTTP server on loopback, and the requests it saw."""
-    _Recorder.requests = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/backdoored.pt", _Recorder.requests
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with recording_http_server() as served:
+        yield served
 
 
 def _parent_with(path: str) -> FsspecStore:
