@@ -175,6 +175,10 @@ def test_manual_promotion_is_for_editors_and_happens_once(promoted):
     assert stack.xcom(CONSUMER, runs[-1]["dag_run_id"], "promoted", "return_value")["app_handle"] == handle
     record = FsspecStore(str(stack.home / "tracker")).metadata(handle)["airflow_promoted"]
     assert record["promoted_by"] == "user ed"
+    # each request that passed the access checks is in Airflow's audit log, with who sent it (the
+    # viewer's was refused before it)
+    logs = stack.api("GET", f"/eventLogs?event=torchx_promote&dag_id={SWEEP}&limit=100")["event_logs"]
+    assert {log["owner"] for log in logs} == {"ed"} and len(logs) >= 3, logs
 
 
 def _login(browser, stack: AirflowStack, user: str):

@@ -14,7 +14,8 @@ Protection is Airflow's own: the caller is authenticated by the API server (the 
 which is ``SameSite=Lax``, or a bearer token) and must be allowed to edit the DAG
 (``requires_access_dag("PUT")``) and to read its runs, task instances and XComs. The body must be
 JSON and a browser's cross-site request is refused, so a page on another site cannot promote
-with a user's cookie. The event is emitted as Airflow's ``POST /api/v2/assets/events`` emits one
+with a user's cookie. Each allowed request leaves an entry in Airflow's audit log (event
+``torchx_promote``). The event is emitted as Airflow's ``POST /api/v2/assets/events`` emits one
 (``AssetManager.register_asset_change``), so asset-scheduled DAGs run on it.
 
 Idempotent: when the asset's latest event already carries this run (promoted by the operator or by
@@ -31,6 +32,7 @@ from urllib.parse import urlsplit
 
 from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
+from airflow.api_fastapi.logging.decorators import action_logging
 from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from pydantic import BaseModel, Field
 from sqlalchemy import select
@@ -210,12 +212,21 @@ def emit_once(session: Session, user: Any, spec: PromoteSpec, extra: dict[str, A
     return True, event
 
 
+#: the event of the audit log entry each manual promotion request leaves (Browse > Audit Log)
+AUDIT_EVENT = "torchx_promote"
+
+
 def add_promotion_routes(app: FastAPI, read_dependencies: list[Any]) -> None:
     """Register the POST endpoint on the plugin's app (``read_dependencies``: the lineage view's)."""
 
     @app.post(
         "/api/promote/{dag_id}/{run_id}",
-        dependencies=[Depends(requires_access_dag("PUT")), *read_dependencies],
+        dependencies=[
+            Depends(requires_access_dag("PUT")),
+            *read_dependencies,
+            # Airflow's audit log, as its own endpoints that change state keep it
+            Depends(action_logging(event=AUDIT_EVENT)),
+        ],
     )
     def promote(
         dag_id: str,
