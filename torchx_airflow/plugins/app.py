@@ -44,6 +44,7 @@ from torchx_airflow.plugins.airflow_runs import (
     tracked_tasks,
     tracker_groups,
 )
+from torchx_airflow.plugins.compare_routes import add_compare_routes
 from torchx_airflow.plugins.graph import DEFAULT_DEPTH, MAX_DEPTH, LineageGraph, build_graph
 from torchx_airflow.plugins.promotion import add_promotion_routes
 from torchx_airflow.plugins.render import render_error, render_page
@@ -263,8 +264,6 @@ def create_app() -> FastAPI:
         )
         return HTMLResponse(page)
 
-    from torchx_airflow.plugins.compare_routes import add_compare_routes
-
-    add_compare_routes(app)
+    add_compare_routes(app, CanReadLineage, LIMITER, masked)
     add_promotion_routes(app, CanReadLineage)
     return app

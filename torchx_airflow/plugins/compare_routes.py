@@ -13,6 +13,8 @@ to the DAG's runs, task instances and XComs), bounded by its limiter, masked as 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import quote, urlencode
 
@@ -21,7 +23,6 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 
 from torchx_airflow.plugins.airflow_runs import DagRunNotFound
-from torchx_airflow.plugins.app import LIMITER, CanReadLineage, masked
 from torchx_airflow.plugins.compare import COLUMNS, DEFAULT_LAST, MAX_ROWS, comparison_json, load_comparison
 from torchx_airflow.plugins.compare_render import render_compare_page
 
@@ -33,14 +34,14 @@ OrderQuery = Annotated[str, Query(pattern="^(asc|desc)$")]
 PROMOTE_PATH: str | None = "/api/promote"
 
 
-def masked_json(value: Any) -> Any:
+def masked_json(value: Any, masked: Callable[[str], str]) -> Any:
     """Every text in ``value`` (keys too) through the lineage view's ``masked``."""
     if isinstance(value, str):
         return masked(value)
     if isinstance(value, dict):
-        return {masked(str(k)): masked_json(v) for k, v in value.items()}
+        return {masked(str(k)): masked_json(v, masked) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [masked_json(v) for v in value]
+        return [masked_json(v, masked) for v in value]
     return value
 
 
@@ -52,6 +53,7 @@ def _check_sort(sort: str | None) -> None:
 
 
 def _data(
+    view: _View,
     request: Request,
     session: Any,
     dag_id: str,
@@ -62,7 +64,7 @@ def _data(
 ) -> dict[str, Any]:
     _check_sort(params["sort"])
     root = str(request.scope.get("root_path", ""))
-    with LIMITER.slot():
+    with view.limiter.slot():
         try:
             comparison = load_comparison(session, dag_id, task_id, run_id, last, lineage_prefix=root)
         except DagRunNotFound as e:
@@ -76,7 +78,7 @@ def _data(
             metric=params["metric"],
             diff=(a, b) if a and b else None,
         )
-    return masked_json(data)
+    return masked_json(data, view.masked)
 
 
 def _page(request: Request, data: dict[str, Any], api_path: str, query: dict[str, Any]) -> HTMLResponse:
@@ -119,17 +121,29 @@ def compare_query(
 CompareQuery = Annotated[dict[str, Any], Depends(compare_query)]
 
 
-def add_compare_routes(app: FastAPI) -> None:
-    """Add the comparison page and its JSON to the lineage view's app."""
+@dataclass(frozen=True)
+class _View:
+    """What the comparison routes take from the lineage view's app: its limiter and its masking."""
 
-    @app.get("/api/compare/{dag_id}/{run_id}", dependencies=CanReadLineage)
+    limiter: Any
+    masked: Callable[[str], str]
+
+
+def add_compare_routes(
+    app: FastAPI, read_dependencies: list[Any], limiter: Any, masked: Callable[[str], str]
+) -> None:
+    """Add the comparison page and its JSON to the lineage view's app, under its read checks
+    (``read_dependencies``), its ``limiter`` and its ``masked``."""
+    view = _View(limiter, masked)
+
+    @app.get("/api/compare/{dag_id}/{run_id}", dependencies=read_dependencies)
     def compare_run_json(
         dag_id: str, run_id: str, query: CompareQuery, request: Request, session: SessionDep
     ) -> dict[str, Any]:
         """One DAG run's runs of ``task_id`` (every map index), compared."""
-        return _data(request, session, dag_id, run_id, query["task_id"], MAX_ROWS, query)
+        return _data(view, request, session, dag_id, run_id, query["task_id"], MAX_ROWS, query)
 
-    @app.get("/api/compare/{dag_id}", dependencies=CanReadLineage)
+    @app.get("/api/compare/{dag_id}", dependencies=read_dependencies)
     def compare_last_json(
         dag_id: str,
         query: CompareQuery,
@@ -139,18 +153,18 @@ def add_compare_routes(app: FastAPI) -> None:
     ) -> dict[str, Any]:
         """The runs of ``task_id`` in the DAG's ``last`` runs, compared."""
         query["last"] = last
-        return _data(request, session, dag_id, None, query["task_id"], last, query)
+        return _data(view, request, session, dag_id, None, query["task_id"], last, query)
 
-    @app.get("/compare/{dag_id}/{run_id}", response_class=HTMLResponse, dependencies=CanReadLineage)
+    @app.get("/compare/{dag_id}/{run_id}", response_class=HTMLResponse, dependencies=read_dependencies)
     def compare_run_page(
         dag_id: str, run_id: str, query: CompareQuery, request: Request, session: SessionDep
     ) -> HTMLResponse:
         """The comparison page of one DAG run's runs of ``task_id``."""
-        data = _data(request, session, dag_id, run_id, query["task_id"], MAX_ROWS, query)
+        data = _data(view, request, session, dag_id, run_id, query["task_id"], MAX_ROWS, query)
         path = f"/api/compare/{quote(dag_id, safe='')}/{quote(run_id, safe='')}"
         return _page(request, data, path, query)
 
-    @app.get("/compare/{dag_id}", response_class=HTMLResponse, dependencies=CanReadLineage)
+    @app.get("/compare/{dag_id}", response_class=HTMLResponse, dependencies=read_dependencies)
     def compare_last_page(
         dag_id: str,
         query: CompareQuery,
@@ -160,5 +174,5 @@ def add_compare_routes(app: FastAPI) -> None:
     ) -> HTMLResponse:
         """The comparison page of the runs of ``task_id`` in the DAG's last runs."""
         query["last"] = last
-        data = _data(request, session, dag_id, None, query["task_id"], last, query)
+        data = _data(view, request, session, dag_id, None, query["task_id"], last, query)
         return _page(request, data, f"/api/compare/{quote(dag_id, safe='')}", query)

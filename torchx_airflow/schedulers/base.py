@@ -13,6 +13,10 @@ if TYPE_CHECKING:
     from torchx.specs import AppDryRunInfo, AppStatus
 
 
+#: ``SchedulerCredentials.kubeconfig`` meaning the pod's own service account, not a kubeconfig file
+IN_CLUSTER = "in-cluster"
+
+
 @dataclass(frozen=True)
 class SchedulerCredentials:
     """What a connection says about reaching a scheduler's API beside its run options: ``host`` (the

@@ -33,8 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.exceptions import TorchXConfigError
-from torchx_airflow.schedulers.base import SchedulerCredentials, SchedulerSupport
-from torchx_airflow.settings.kubernetes_fields import IN_CLUSTER
+from torchx_airflow.schedulers.base import IN_CLUSTER, SchedulerCredentials, SchedulerSupport
 
 if TYPE_CHECKING:
     import threading

@@ -13,12 +13,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from torchx_airflow.exceptions import TorchXConnectionError
+from torchx_airflow.schedulers.base import IN_CLUSTER
 
 #: The form fields that are TorchX ``kubernetes`` run options (cfg keys of the same name).
 CFG_FIELDS = ("namespace", "queue", "service_account", "priority_class")
 #: Every Kubernetes form field.
 FIELDS = (*CFG_FIELDS, "kubeconfig")
-IN_CLUSTER = "in-cluster"
 
 
 def parse_kubernetes_fields(

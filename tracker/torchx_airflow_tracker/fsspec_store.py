@@ -245,7 +245,7 @@ class FsspecStore(EdgeQueries, TrackerBase):
         step: int,
         entry: Mapping[str, Any],
         entry_name: str,
-        key: str = "",
+        key: str,
     ) -> None:
         """A metrics writer's entry (``torchx_airflow_tracker.metrics``), replacing its last one.
 
@@ -253,12 +253,10 @@ class FsspecStore(EdgeQueries, TrackerBase):
         every rank writes) under one name per writer, so TorchX's readers see it and a run keeps one
         file per writer however many steps it logs.
         """
-        from torchx_airflow_tracker.metrics import METRICS_KEY
-
         run_dir = self._touch(run_id)
         self.files.write(
             posixpath.join(run_dir, METADATA, entry_name),
-            json.dumps({"metadata": {key or METRICS_KEY: entry}}),
+            json.dumps({"metadata": {key: entry}}),
             posixpath.join(run_dir, STAGING),
         )
 

@@ -64,17 +64,16 @@ class MultiStore(TrackerBase):
         step: int,
         entry: Mapping[str, Any],
         entry_name: str,
-        key: str = "",
+        key: str,
     ) -> None:
-        """Step metrics to every store (``torchx_airflow_tracker.metrics``)."""
-        from torchx_airflow_tracker.metrics import METRICS_KEY
-
+        """Step metrics to every store (``torchx_airflow_tracker.metrics``), the fsspec form as
+        metadata ``key``."""
         for store in self.stores:
             log_metrics = getattr(store, "log_metrics", None)
             if log_metrics is not None:
-                log_metrics(run_id, metrics, step, entry, entry_name, key=key or METRICS_KEY)
+                log_metrics(run_id, metrics, step, entry, entry_name, key=key)
             else:
-                store.add_metadata(run_id, **{key or METRICS_KEY: entry})
+                store.add_metadata(run_id, **{key: entry})
 
     def metadata(self, run_id: str) -> Mapping[str, object]:
         return self.stores[0].metadata(run_id)
