@@ -155,10 +155,11 @@ start() {
   elif [ "$service" = mlflow ]; then
     # uvicorn restarts a worker that misses a health check (5 s by default): too short on a busy machine.
     # MLflow's job runner (huey consumers for GenAI evaluation and trace jobs, about 1.2 GB) stays off:
-    # nothing here submits such jobs.
+    # nothing here submits such jobs. scripts/mlflow-server.py is `mlflow server` that becomes its
+    # uvicorn: no idle parent of about 200 MB behind it.
     UVICORN_TIMEOUT_WORKER_HEALTHCHECK="${UVICORN_TIMEOUT_WORKER_HEALTHCHECK:-60}" \
     MLFLOW_SERVER_ENABLE_JOB_EXECUTION="${MLFLOW_SERVER_ENABLE_JOB_EXECUTION:-false}" \
-    setsid mlflow server --host 127.0.0.1 --port "$MLFLOW_PORT" --workers "${MLFLOW_WORKERS:-1}" \
+    setsid python "$SCRIPTS/mlflow-server.py" --host 127.0.0.1 --port "$MLFLOW_PORT" --workers "${MLFLOW_WORKERS:-1}" \
       --backend-store-uri "sqlite:///$HOME_DIR/mlflow.db" --default-artifact-root "$HOME_DIR/mlflow-artifacts" \
       >> "$STACK/$service.log" 2>&1 < /dev/null &
   else
@@ -240,13 +241,8 @@ PY
 case "${1:-}" in
   up)
     if [ -n "${MLFLOW_PORT:-}" ]; then export MLFLOW_TRACKING_URI="http://127.0.0.1:$MLFLOW_PORT"; fi
-    bash "$SCRIPTS/airflow-home.sh"
-    if [ -n "${MLFLOW_PORT:-}" ] && [ "$(airflow connections get mlflow_default -o json 2>/dev/null \
-         | python -c 'import json,sys; print(json.load(sys.stdin)[0]["host"])')" != "$MLFLOW_TRACKING_URI" ]; then
-      airflow connections delete mlflow_default > /dev/null 2>&1 || true
-      airflow connections add mlflow_default --conn-type mlflow --conn-host "$MLFLOW_TRACKING_URI" \
-        --conn-extra '{"experiment": "torchx"}' > /dev/null
-    fi
+    # with MLFLOW_PORT, mlflow_default points at the stack's MLflow server
+    SYNC_MLFLOW_DEFAULT="$([ -n "${MLFLOW_PORT:-}" ] && echo 1 || echo 0)" bash "$SCRIPTS/airflow-home.sh"
     recorded="$(cat "$STACK/executor" 2>/dev/null || echo local)"
     if [ "$recorded" != "$EXECUTOR" ] && running scheduler; then
       echo "This home runs with EXECUTOR=$recorded: stop it first (make down)" >&2

@@ -20,6 +20,7 @@ from pathlib import Path
 from tests.polling import wait_until
 
 BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parents[1]
 WATCHDOG = Path(__file__).resolve().parent / "watchdog.py"
 _LIBC = ctypes.CDLL(None, use_errno=True)  # loaded here: a child between fork and exec only calls it
 _PR_SET_PDEATHSIG = 1
@@ -166,7 +167,8 @@ def mlflow_server_process(workdir: Path, workers: int = 1) -> Iterator[tuple[str
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
     cmd = [
-        str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
+        str(BIN / "python"), str(REPO / "scripts" / "mlflow-server.py"),
+        "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
         "--backend-store-uri", f"sqlite:///{workdir}/mlflow.db",
         "--default-artifact-root", str(workdir / "artifacts"),
     ]  # fmt: skip

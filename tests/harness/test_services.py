@@ -22,10 +22,10 @@ def mlflow_processes(tmp_path_factory: pytest.TempPathFactory) -> dict[int, tupl
 
 
 def test_the_mlflow_server_runs_no_job_runner(mlflow_processes) -> None:
-    """MLflow's job runner (huey consumers, about 2 GB a server) is off: the server is its supervisor,
-    uvicorn and uvicorn's workers."""
+    """MLflow's job runner (huey consumers, about 2 GB a server) is off, and the server is one process:
+    uvicorn, with no idle ``mlflow server`` parent of about 200 MB behind it (scripts/mlflow-server.py)."""
     commands = [command for command, _ in mlflow_processes.values()]
-    assert any("uvicorn" in command for command in commands), commands
+    assert len(commands) == 1 and "uvicorn" in commands[0], commands
     assert not [c for c in commands if "huey" in c or "mlflow.server.jobs" in c], commands
 
 
