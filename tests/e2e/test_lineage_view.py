@@ -8,9 +8,10 @@ page and of a task instance page show the graph; the JSON endpoint answers the s
 Access: the stack runs SimpleAuthManager in multi-team mode (the only way it restricts a role to
 some DAGs): the DAG bundle belongs to team ``research``; ``ana`` is a viewer in ``research``, ``bob`` a viewer
 in ``finance``, so bob cannot read the DAG and gets 403 from the view, as from Airflow's own API.
-Screenshots go to test-artifacts/ui/ for a person to look at; those of test-artifacts/ui/docs/ are
-the UI walkthrough's (docs/ui-walkthrough.md): a window the width of the docs' column at twice the
-pixels, so the text stays readable there. After a change to the view, copy them to docs/images/.
+Screenshots go to the test artifacts' ui/ directory (tests/artifacts.py) for a person to look at;
+those of its docs/ are the UI walkthrough's (docs/ui-walkthrough.md): a window the width of the docs'
+column at twice the pixels, so the text stays readable there. After a change to the view, copy them to
+docs/images/.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.artifacts import SHOTS
 from tests.polling import wait_until
 from tests.services import free_port
 from tests.stack import AirflowStack
@@ -33,7 +35,6 @@ from tests.stack import AirflowStack
 # a whole Airflow stack starts in the first test's set-up: minutes on a loaded machine
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 REPO = Path(__file__).resolve().parents[2]
-SHOTS = REPO / "test-artifacts" / "ui"
 DOCS_SHOTS = SHOTS / "docs"
 # the docs' column is about 760 CSS pixels wide: pictures cut to about that, drawn at twice the pixels
 DOCS_WINDOW = {"viewport": {"width": 1280, "height": 860}, "device_scale_factor": 2}

@@ -5,7 +5,8 @@ view's JSON and page. The metrics in the JSON are compared with what the jobs wr
 
 Access: an auth manager that withholds XComs from ``carol`` (as FAB or Keycloak roles can) checks
 that a user who may not read the DAG's XComs gets 403, from the page and the JSON alike.
-Headless Chromium draws the page (curves and diff); its screenshot goes to test-artifacts/ui/.
+Headless Chromium draws the page (curves and diff); its screenshot goes to the
+test artifacts' ui/ directory (tests/artifacts.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.artifacts import SHOTS
 from tests.dags.torchx_compare_dags import EPOCHS, LEARNING_RATES, SECRET
 
 # two sweeps of eight real jobs start in the first test's set-up: minutes on a loaded machine
@@ -27,7 +29,6 @@ USERS = "admin:admin,carol:viewer"
 PASSWORDS = {"admin": "admin-pw", "carol": "carol-pw"}
 PRICES = {"cpu_hour": 0.05, "mem_gb_hour": 0.01, "currency": "USD"}
 REPO = Path(__file__).resolve().parents[2]
-SHOTS = REPO / "test-artifacts" / "ui"
 CHROMIUM = "/usr/bin/chromium"
 
 
@@ -244,7 +245,7 @@ def test_page_draws_table_curves_and_diff(sweep, client):
 @pytest.mark.timeout(600)
 def test_curves_and_diff_render_in_chromium(sweep, client):
     """Chromium loads the page and its stylesheets from the app (through the test client) and draws
-    the curves and the diff; a screenshot goes to test-artifacts/ui/comparison-view.png."""
+    the curves and the diff; a screenshot goes to ui/comparison-view.png of the test artifacts."""
     if not os.path.exists(CHROMIUM):
         if os.geteuid() != 0:
             pytest.skip("Debian's chromium is not installed and installing it needs root")

@@ -39,7 +39,7 @@ DEPLOYMENT = [
 # (and its deployments pin) importlib-metadata 10; the MLflow client goes in the training image.
 OURS = {"torchx-airflow": "torchx-nightly", "torchx-airflow-tracker": "s3,torchx-nightly"}
 SKIP_COPY = shutil.ignore_patterns(
-    ".git", ".venv*", ".airflow", "test-artifacts", "build", "dist", "*.egg-info", "__pycache__", ".*_cache"
+    ".git", ".venv*", ".airflow", "build", "dist", "*.egg-info", "__pycache__", ".*_cache"
 )
 
 

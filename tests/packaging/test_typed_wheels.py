@@ -14,7 +14,7 @@ import pytest
 pytestmark = pytest.mark.packaging
 REPO = Path(__file__).resolve().parents[2]
 SKIP_COPY = shutil.ignore_patterns(
-    ".git", ".venv*", ".airflow", "test-artifacts", "build", "dist", "*.egg-info", "__pycache__", ".*_cache"
+    ".git", ".venv*", ".airflow", "build", "dist", "*.egg-info", "__pycache__", ".*_cache"
 )
 
 

@@ -1,20 +1,19 @@
 """The Airflow UI in headless Chromium (Debian's, driven by Playwright): log in, open the pipeline,
 trigger it from the form with a changed param, wait for success, open a TorchX task and find its
-extra links. Screenshots go to test-artifacts/ui/ for a person to look at."""
+extra links. Screenshots go to the
+test artifacts' ui/ directory (tests/artifacts.py, outside the repo) for a person to look at."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
+from tests.artifacts import SHOTS
 from tests.polling import wait_until
 
 # The pipeline trains three DDP apps (torchrun, torch imports) on 2 cores: more than the default 300 s.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
-REPO = Path(__file__).resolve().parents[2]
-SHOTS = REPO / "test-artifacts" / "ui"
 
 
 def test_trigger_from_the_form_and_find_the_extra_links(pipeline_stack, browser):
