@@ -21,6 +21,7 @@ from torchx_airflow.operators.torchx import TorchXOperator
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = str(REPO / "dags" / "jobs" / "train.py")
 COUNTER = str(Path(__file__).resolve().parent / "jobs" / "counter.py")
+CHECKPOINT_WHERE = str(REPO / "tests" / "jobs" / "checkpoint_where_job.py")
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 TRAIN_ARGS = [
     "-j", "1x1", "--cpu", "2", "--script", TRAIN, "--",
@@ -82,6 +83,29 @@ with _dag("resubmit_user_failure"):
         torchx_conn_id="torchx_multi",
         cfg={"time": "{{ dag_run.conf.get('time', '10') }}"},
         tracker_conn_ids=[],
+        poll_interval=1,
+        retries=0,
+    )
+
+# A resubmitted job resumes only from a checkpoint under the task's checkpoint_root (here the default:
+# the output root ``out``): the job records its checkpoint there (``where: inside``) or in a directory
+# no argument names (``where: outside``), and reports what its next attempt was given.
+with _dag("resubmit_checkpoint_where"):
+    TorchXOperator(
+        task_id="run",
+        component="utils.python",
+        component_args=[
+            "--script",
+            CHECKPOINT_WHERE,
+            "--",
+            "--out",
+            "{{ dag_run.conf['out'] }}",
+            "--where",
+            "{{ dag_run.conf['where'] }}",
+        ],  # fmt: skip
+        torchx_conn_id="torchx_multi",
+        tracker_conn_ids=["resub_fs"],
+        deferrable=False,
         poll_interval=1,
         retries=0,
     )

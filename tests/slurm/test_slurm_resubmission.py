@@ -12,6 +12,10 @@ training (dags/jobs/train.py: a checkpoint every epoch) runs through ``TorchXOpe
 - a job that exits 1, and one that hits its time limit, fail the task with one job each;
 - a preempted job whose resubmission would bring the try's attempts together over ``max_cost`` is
   not resubmitted: the task fails with one job, naming what the first attempt spent.
+- two jobs preempted together, each with a ``checkpoint`` artifact (tests/jobs/checkpoint_where_job.py):
+  the one under the task's ``checkpoint_root`` (its output root) is handed to the next attempt, the
+  one elsewhere (a file no argument names, as any job tracking to the store could record) is not:
+  that attempt starts with no ``TORCHX_AIRFLOW_RESUME_FROM``, and the log says why.
 
 Each test prints its figures (attempts, epochs resumed from, seconds lost) for docs/failure-behaviour.md.
 """
@@ -23,6 +27,7 @@ import re
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -235,3 +240,57 @@ def test_a_resubmission_that_would_bring_the_attempts_over_max_cost_is_not_submi
     assert spent, log[-3000:]
     assert float(spent.group(1)) >= 18.0  # at least 9 s of 2 allocated CPUs at 1 per CPU-second
     assert "Submitted TorchX app" in log and log.count("Submitted TorchX app") == 1
+
+
+def test_only_a_checkpoint_under_the_checkpoint_root_is_handed_to_the_next_attempt(stack, cluster, tmp_path):
+    """One DAG, two runs preempted together by one urgent job: the job that recorded its checkpoint in
+    its output root (the task's default checkpoint_root) resumes from it; the one whose artifact names a
+    file beside it, which no argument names, starts fresh. Each attempt wrote what it was given."""
+    dag_id, started = "resubmit_checkpoint_where", time.monotonic()
+    since = since_now(cluster)
+    outs = {where: tmp_path / where for where in ("inside", "outside")}
+    for out in outs.values():
+        out.mkdir()  # an existing directory is an output root itself (a missing one: its parent)
+    runs = {where: stack.trigger(dag_id, {"out": str(out), "where": where}) for where, out in outs.items()}
+    store = FsspecStore(str(stack.home / "store"))
+
+    def recorded(run_id: str) -> str | None:
+        handle = stack.xcom(dag_id, run_id, "run", "app_handle")
+        artifact = store.artifacts(handle).get("checkpoint") if handle else None
+        return str(artifact.path) if artifact is not None else None
+
+    paths = {
+        where: wait_until(partial(recorded, run_id), f"the {where} checkpoint", timeout=300, interval=1)
+        for where, run_id in runs.items()
+    }
+    assert paths == {
+        "inside": str(outs["inside"] / "checkpoint.pt"),
+        "outside": str(tmp_path / "outside-elsewhere" / "checkpoint.pt"),
+    }
+    cluster.run(  # every CPU of both nodes, in the partition that preempts `multi`
+        ["sbatch", "--parsable", "-o", "/dev/null", "-p", "urgent", "-N", "2", "-c", "2", "-J", "urgent"]
+        + ["--wrap", "sleep 5"]
+    )
+    handed_on = {"inside": paths["inside"], "outside": None}
+    for where, run_id in runs.items():
+        assert stack.wait_run(dag_id, run_id, timeout=400) == "success"
+        log = stack.log(dag_id, run_id, "run", 1)
+        attempts = stack.xcom(dag_id, run_id, "run", "return_value")["attempts"]
+        assert [a.get("reason") for a in attempts] == ["PREEMPTED", None], attempts
+        assert attempts[1]["state"] == "SUCCEEDED", attempts
+        assert attempts[1]["resumed_from"] == handed_on[where], log[-3000:]
+        # what the second job found in its environment, as it wrote it
+        seen = json.loads((outs[where] / "seen-2.json").read_text())
+        assert seen == {"attempt": "2", "resume_from": handed_on[where]}, log[-3000:]
+        assert f"attempt 2: TORCHX_AIRFLOW_RESUME_FROM={handed_on[where]!r}" in log
+    log = stack.log(dag_id, runs["outside"], "run", 1)
+    refused = next(
+        (line for line in log.splitlines() if "not under the task's checkpoint_root" in line), log[-3000:]
+    )
+    assert repr(paths["outside"]) in refused and str(outs["outside"]) in refused, refused
+    assert "from the start: its 'checkpoint' artifact is outside checkpoint_root" in log
+    assert "resuming from" not in log
+    assert f"resuming from {paths['inside']}" in stack.log(dag_id, runs["inside"], "run", 1)
+    states = sorted(r["state"].split()[0] for r in jobs(cluster, JOB_OF_USER_FAILURE, since))
+    assert states == ["COMPLETED", "COMPLETED", "PREEMPTED", "PREEMPTED"]
+    print(f"\n{dag_id}: inside resumed, outside fresh, {time.monotonic() - started:.1f} s")

@@ -238,8 +238,15 @@ class Resubmission:
             f"Reading the {self.checkpoint_artifact!r} artifact of {app_handle}",
             lambda: checkpoint_of(self.tracker_store, app_handle, self.checkpoint_artifact, self.log),
         )
-        resume_from = self._own_checkpoint(app_handle, checkpoint or ended.get("resumed_from"))
+        found = checkpoint or ended.get("resumed_from")
+        resume_from = self._own_checkpoint(app_handle, found)
         number = int(ended.get("attempt") or len(self.attempts.load())) + 1
+        if resume_from:
+            start = f"resuming from {resume_from}"
+        elif found:  # refused: the warning above names the path and the root
+            start = f"from the start: its {self.checkpoint_artifact!r} artifact is outside checkpoint_root"
+        else:
+            start = f"from the start: it recorded no {self.checkpoint_artifact!r} artifact"
         self.log.warning(
             "TorchX app %s ended %s (%s): the infrastructure ended it, not the app. Resubmitting it in "
             "this try (attempt %d; resubmission %d of %d, the task's retries untouched), %s",
@@ -249,9 +256,7 @@ class Resubmission:
             number,
             used + 1,
             self.budget,
-            f"resuming from {resume_from}"
-            if resume_from
-            else f"from the start: it recorded no {self.checkpoint_artifact!r} artifact",
+            start,
         )
         return ChosenAttempt(number, resume_from, reason, self.checkpoint_artifact)
 

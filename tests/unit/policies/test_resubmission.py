@@ -383,10 +383,14 @@ class ForeignCheckpointStore(CheckpointStore):
         "/ckptx/evil.pt",
     ],
 )
-def test_a_checkpoint_outside_the_checkpoint_root_is_not_resumed_from(foreign):
+def test_a_checkpoint_outside_the_checkpoint_root_is_not_resumed_from(foreign, capsys):
     hook = FakeSchedulerHook([AppState.RUNNING, NODE_FAIL, AppState.RUNNING, AppState.SUCCEEDED])
     op, _ = _resubmitting(hook, TaskStateStore(), ForeignCheckpointStore(foreign), retries=0)
     result = op.execute(_context(TaskStateStore()))
+    log = capsys.readouterr().out  # the task's log (Airflow's structlog writes it to stdout here)
+    assert f"is {foreign!r}, which is not under the task's checkpoint_root (/ckpt)" in log
+    # the resubmission says why it starts fresh (not "it recorded no checkpoint")
+    assert "from the start: its 'checkpoint' artifact is outside checkpoint_root" in log
     assert result["state"] == "SUCCEEDED" and len(hook.tokens) == 2  # resubmitted all the same...
     assert RESUME_FROM_ENV not in _env(hook, 1) and _env(hook, 1)[ATTEMPT_ENV] == "2"  # ...fresh
     assert result["attempts"][1]["resumed_from"] is None
