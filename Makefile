@@ -72,11 +72,15 @@ demo: install
 # tests/compose (docker-compose.yml on stand-in images it builds first) runs with `make test-compose`.
 # At the end, the peak memory of all the suite's processes together (tests/peak_memory.py; a report,
 # never a failure). Every server a test starts dies with the test process that started it.
+# Files are handed out longest first (tests/scheduling.py, from tests/durations.json); the run's JUnit
+# report goes to the test artifacts directory (tests/artifacts.py), from which that table is refreshed.
 PYTEST_WORKERS ?= 3
+TEST_ARTIFACTS ?= $(or $(TORCHX_AIRFLOW_TEST_ARTIFACTS),$(or $(TMPDIR),/tmp)/torchx-airflow-test-artifacts)
 test: install
 	bash scripts/airflow-home.sh
 	$(BIN)/python tests/peak_memory.py bash scripts/with-slurm.sh bash scripts/k8s/with-cluster.sh \
-	  $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m 'not compose' $(PYTEST_ARGS)
+	  $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m 'not compose' \
+	  --junitxml=$(TEST_ARTIFACTS)/junit.xml $(PYTEST_ARGS)
 
 # docker-compose.yml run for real (as root): installs Docker's engine from Debian's packages, builds
 # the stand-in images (scripts/compose-images.sh; the first build takes tens of minutes), runs

@@ -75,6 +75,14 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(require_all, "torchx_airflow_require_all")
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """The longest test files first, files sharing a package's service on one worker."""
+    from tests.scheduling import make_scheduler
+
+    return make_scheduler(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     tests_dir = Path(__file__).resolve().parent
     for item in items:

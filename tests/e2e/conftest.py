@@ -52,12 +52,6 @@ def dags_stack(home: Path, mlflow_password: str, **env_extra: str) -> AirflowSta
     )
 
 
-@pytest.fixture(scope="session")
-def pipeline_stack(slurm_cluster, tmp_path_factory):  # noqa: F811
-    with dags_stack(tmp_path_factory.mktemp("e2e-airflow"), MLFLOW_PASSWORD).running() as stack:
-        yield stack
-
-
 @pytest.fixture(scope="module")
 def browser():
     """Debian's Chromium, headless (installed by scripts/install-chromium.sh when missing, as root)."""

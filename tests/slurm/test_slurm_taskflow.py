@@ -1,7 +1,7 @@
 """``@task.torchx`` on a real Slurm cluster through a real Airflow (scheduler, triggerer, API server):
 mapped decorated tasks and an ``AppDef`` task deferring to the triggerer, next to classic tasks, with
 lineage in a real fsspec store. (The example pipeline's DDP training on Slurm is tested in
-tests/e2e/test_pipeline_rest.py.)"""
+tests/e2e/pipeline/test_pipeline_rest.py.)"""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ from torchx_airflow_tracker.fsspec_store import FsspecStore
 from torchx_airflow_tracker.mlflow_store import MlflowStore
 
 from tests.e2e.conftest import MLFLOW_PASSWORD
+from tests.services import cmdline, process_group
 
 # Starting the stack and training two DDP apps on Slurm fits the default 300 s only on an idle machine.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -113,3 +114,11 @@ def test_the_connection_password_is_in_no_task_log_file(pipeline_run):
     # batch script and reaches the job through sbatch's environment
     text = prepare.read_text()
     assert "TorchX dry run of app prepare" in text and "MLFLOW_TRACKING_PASSWORD=" not in text
+
+
+def test_the_stacks_mlflow_server_is_one_process_with_no_job_runner(pipeline_stack):
+    """`make up`'s MLflow (scripts/airflow-stack.sh): uvicorn alone, in the service's own process group;
+    no idle `mlflow server` parent (scripts/mlflow-server.py) and no job runner (huey consumers)."""
+    pid = int((pipeline_stack.home / "stack" / "mlflow.pid").read_text())
+    commands = [cmdline(p) for p in process_group(pid)]
+    assert len(commands) == 1 and "uvicorn" in commands[0] and "mlflow.server" in commands[0], commands
