@@ -41,7 +41,7 @@ MLFLOW_PORT ?= 5000
 STACK_ENV = AIRFLOW_PORT=$(AIRFLOW_PORT) MLFLOW_PORT=$(MLFLOW_PORT) AIRFLOW_LOG_PORT=$(or $(AIRFLOW_LOG_PORT),8793) \
 	EXECUTOR=$(EXECUTOR) REDIS_PORT=$(or $(REDIS_PORT),6379) CELERY_WORKERS=$(or $(CELERY_WORKERS),2)
 
-.PHONY: install demo test test-compose lint docs docs-build clean up down slurm-up slurm-down k8s-up k8s-down bench
+.PHONY: install demo test test-busy test-compose lint docs docs-build clean up down slurm-up slurm-down k8s-up k8s-down bench
 
 install: $(STAMP)
 
@@ -81,6 +81,10 @@ test: install
 	$(BIN)/python tests/peak_memory.py bash scripts/with-slurm.sh bash scripts/k8s/with-cluster.sh \
 	  $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m 'not compose' \
 	  --junitxml=$(TEST_ARTIFACTS)/junit.xml $(PYTEST_ARGS)
+
+# The same suite on a machine kept busy by another load (2 spinning cores, 4 GiB held): it must pass so.
+test-busy:
+	$(BIN)/python tests/busy.py --cores 2 --gib 4 -- $(MAKE) test
 
 # docker-compose.yml run for real (as root): installs Docker's engine from Debian's packages, builds
 # the stand-in images (scripts/compose-images.sh; the first build takes tens of minutes), runs
