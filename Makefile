@@ -83,7 +83,7 @@ test: install
 	  --junitxml=$(TEST_ARTIFACTS)/junit.xml $(PYTEST_ARGS)
 
 # The same suite on a machine kept busy by another load (2 spinning cores, 4 GiB held): it must pass so.
-test-busy:
+test-busy: install
 	$(BIN)/python tests/busy.py --cores 2 --gib 4 -- $(MAKE) test
 
 # docker-compose.yml run for real (as root): installs Docker's engine from Debian's packages, builds
