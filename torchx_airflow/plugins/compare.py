@@ -1,8 +1,9 @@
 """The runs of one task side by side: what each submitted, what it measured, what it cost.
 
-Rows are the task's instances in one DAG run (every map index: a sweep), or in the DAG's last runs
-(a nightly retrain). Each row holds what Airflow knows (task state, tries, the task's result: app
-state, attempts, usage, cost, cache hit), what the task submitted (XCom ``torchx_app``, secrets
+Rows are the task's instances in one DAG run (every map index: a sweep), or in the DAG's last ``N``
+DAG runs that ran the task (a nightly retrain; every map index of each). Each row holds what
+Airflow knows (task state, tries, the task's result: app state, attempts, usage, cost, cache hit),
+what the task submitted (XCom ``torchx_app``, secrets
 masked by the task; the rendered fields for a run without it), and the run's final metrics read
 from the task's first tracker (``lineage.metrics``). Parameters are flattened to ``{name: text}``
 (``args``, ``env.LR``, ``image``, ``resource.cpu``, ``cfg.partition``...) so that the view shows
@@ -277,27 +278,36 @@ def rendered_params(fields: Mapping[str, Any]) -> dict[str, str]:
 def _task_instances(
     session: Session, dag_id: str, task_id: str, dag_run_id: str | None, last: int
 ) -> tuple[list[Any], int]:
-    """The task's instances (one DAG run's, or the last ``last`` of the DAG's), newest DAG run
-    first; and how many more there are beyond that (or ``MAX_ROWS``)."""
+    """The task's instances (one DAG run's, or those of the DAG's last ``last`` runs that have the
+    task: every map index of each), newest DAG run first, at most ``MAX_ROWS``; and how many more
+    the task has beyond those (in older DAG runs, or over ``MAX_ROWS``)."""
     from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance as TI
 
-    query = (
-        select(TI.run_id, TI.map_index, TI.state, TI.try_number, TI.duration)
-        .join(DagRun, (DagRun.dag_id == TI.dag_id) & (DagRun.run_id == TI.run_id))
-        .where(TI.dag_id == dag_id, TI.task_id == task_id)
+    of_task: tuple[Any, ...] = (TI.dag_id == dag_id, TI.task_id == task_id)
+    query = select(TI.run_id, TI.map_index, TI.state, TI.try_number, TI.duration).join(
+        DagRun, (DagRun.dag_id == TI.dag_id) & (DagRun.run_id == TI.run_id)
     )
     if dag_run_id is not None:
         exists = select(DagRun.id).where(DagRun.dag_id == dag_id, DagRun.run_id == dag_run_id)
         if session.scalar(exists) is None:
             raise DagRunNotFound(dag_id, dag_run_id)
-        query = query.where(TI.run_id == dag_run_id)
-        limit = MAX_ROWS
+        runs, counted = [dag_run_id], (*of_task, TI.run_id == dag_run_id)
     else:
-        limit = min(last, MAX_ROWS)
-    total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+        # ``last`` counts DAG runs, not task instances: a sweep of 8 map indexes is one run
+        latest = (
+            select(DagRun.run_id)
+            .where(
+                DagRun.dag_id == dag_id, select(TI.id).where(*of_task, TI.run_id == DagRun.run_id).exists()
+            )
+            .order_by(DagRun.run_after.desc(), DagRun.id.desc())
+            .limit(min(last, MAX_ROWS))
+        )
+        runs, counted = list(session.scalars(latest)), of_task
+    total = session.scalar(select(func.count()).select_from(TI).where(*counted)) or 0
+    query = query.where(*of_task, TI.run_id.in_(runs))
     query = query.order_by(DagRun.run_after.desc(), DagRun.id.desc(), TI.map_index)
-    rows = list(session.execute(query.limit(limit)))
+    rows = list(session.execute(query.limit(MAX_ROWS)))
     return rows, max(0, total - len(rows))
 
 

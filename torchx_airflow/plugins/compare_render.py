@@ -279,8 +279,8 @@ def render_compare_page(
     cut = ""
     if data["rows_not_shown"]:
         cut = (
-            f'<div class="warning cut">{data["rows_not_shown"]} more runs not shown '
-            f"(at most {data['max_rows']}).</div>"
+            f'<div class="warning cut">{data["rows_not_shown"]} more runs of the task not shown '
+            f"(in older DAG runs, or over {data['max_rows']} rows).</div>"
         )
     if data["runs"]:
         table = render_table(data, query, promote_url)
