@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 
 APPROVE, REJECT = "Approve", "Reject"
 RESULT_KEY = "cost_approval"  # the task result's field
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 #: the argument the parked task resumes with: what it asked to approve (``asked``)
 ASKED_KEY = "cost_approval_asked"
 
@@ -59,7 +61,8 @@ def app_fingerprint(app: AppDef, scheduler: str) -> str:
     for role in app.roles:
         mask_sensitive_env(role.env)
     doc = redact(json_safe({"scheduler": scheduler, "app": dataclasses.asdict(app)}))
-    text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    # an object in metadata without a repr of its own is "<X object at 0x...>": not the app's content
+    text = _ADDRESS.sub("", json.dumps(doc, sort_keys=True, separators=(",", ":")))
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 

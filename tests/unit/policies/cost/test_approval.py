@@ -127,12 +127,24 @@ def test_an_approval_of_another_estimate_or_app_submits_nothing(asked, change, r
     assert "cost_approval" not in run.result_fields and asked == []
 
 
+class _Overlay:
+    """An object an app may carry in its metadata, with no repr of its own (copied as itself, as a
+    client object is: each process's has its own address)."""
+
+    def __deepcopy__(self, memo: dict) -> _Overlay:
+        return self
+
+
 def test_the_fingerprint_is_of_the_whole_app_with_secrets_masked():
     def app(replicas: int = 1, lr: str = "0.1", token: str = "s3cr3t-Token") -> AppDef:
         env = {"LR": lr, "HF_TOKEN": token}
         return AppDef("a", roles=[Role("r", "img", args=["x"], env=env, num_replicas=replicas)])
 
     assert app_fingerprint(app(), "slurm") == app_fingerprint(app(), "slurm")  # stable across builds
+    with_objects = [app() for _ in range(2)]
+    for built in with_objects:  # an object without a repr of its own: its address is not content
+        built.roles[0].metadata["overlay"] = _Overlay()
+    assert len({app_fingerprint(built, "slurm") for built in with_objects}) == 1
     assert app_fingerprint(app(), "slurm").startswith("sha256:")
     for other in (app(replicas=2), app(lr="0.2")):
         assert app_fingerprint(other, "slurm") != app_fingerprint(app(), "slurm")
