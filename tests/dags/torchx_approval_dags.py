@@ -3,6 +3,8 @@ CPUs and 16 GB for an hour) is far over their ``max_cost``, on connections that 
 
 ``tx_cost_approval``: a classic and a ``@task.torchx`` task on ``torchx_approval`` (the approver has
 minutes). ``tx_cost_approval_timeout``: one task on ``torchx_approval_short`` (seconds): no one answers.
+``tx_cost_approval_changed``: a ``@task.torchx`` task whose app's replicas come from the Airflow
+Variable ``tx_approval_replicas``, which the test changes between the question and the answer.
 """
 
 from __future__ import annotations
@@ -21,13 +23,13 @@ START = pendulum.datetime(2026, 1, 1, tz="UTC")
 TAGS = ["torchx", "approval-tests"]
 
 
-def dear_app(name: str) -> AppDef:
+def dear_app(name: str, replicas: int = 1) -> AppDef:
     """Asks for 8 CPUs and 16 GB (the estimate), runs a job of a tenth of a CPU-second on local_cwd."""
     resource = Resource(cpu=8, gpu=0, memMB=16384)
     args = [BURN, "--cpu-seconds", "0.1", "--mb", "1"]
-    return AppDef(
-        name, roles=[Role(name, image="/tmp", entrypoint=sys.executable, args=args, resource=resource)]
-    )
+    role = Role(name, image="/tmp", entrypoint=sys.executable, args=args, resource=resource)
+    role.num_replicas = replicas
+    return AppDef(name, roles=[role])
 
 
 with DAG("tx_cost_approval", schedule=None, start_date=START, catchup=False, tags=TAGS):
@@ -49,3 +51,13 @@ with DAG("tx_cost_approval_timeout", schedule=None, start_date=START, catchup=Fa
         expected_duration=3600,
         poll_interval=1,
     )
+
+with DAG("tx_cost_approval_changed", schedule=None, start_date=START, catchup=False, tags=TAGS):
+
+    @task.torchx(torchx_conn_id="torchx_approval", max_cost=0.01, expected_duration=3600, poll_interval=1)
+    def changed():
+        from airflow.sdk import Variable
+
+        return dear_app("dear-changed", int(Variable.get("tx_approval_replicas", default="1")))
+
+    changed()

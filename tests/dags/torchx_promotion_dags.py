@@ -1,5 +1,6 @@
 """DAGs for the promotion tests: a sweep of five small TorchX apps (one fails on purpose, two tie),
-promoted by loss to an asset, and a DAG scheduled on that asset."""
+promoted by loss to an asset, and a DAG scheduled on that asset. The sweep's trackers are a template
+(``{{ params.trackers }}``): the promotion records in the store they render to."""
 
 from __future__ import annotations
 
@@ -20,11 +21,18 @@ BEST = Asset("model://tx_promote_sweep/best")
 GRID = [("0.4", ""), ("0.0", "fail"), ("0.1", ""), ("0.3", ""), ("0.1", "")]
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 
-with DAG("tx_promote_sweep", schedule=None, start_date=START, catchup=False, default_args={"retries": 0}):
+with DAG(
+    "tx_promote_sweep",
+    schedule=None,
+    start_date=START,
+    catchup=False,
+    default_args={"retries": 0},
+    params={"trackers": "torchx_fsspec_default"},
+):
     train = TorchXOperator.partial(
         task_id="train",
         component="utils.python",
-        tracker_conn_ids=["torchx_fsspec_default"],
+        tracker_conn_ids="{{ params.trackers }}",
         poll_interval=0.5,
     ).expand(
         component_args=[

@@ -3,8 +3,9 @@ scripts/airflow-stack.sh): a five-point sweep of TorchX apps on local_cwd (one f
 two tie) is promoted by its loss; the asset gets exactly one event carrying the best run, the run's
 tracker entry says it was promoted, and the DAG scheduled on the asset runs exactly once.
 
-Then by hand, through the plugin's POST endpoint: a viewer is refused (403), an editor (role
-``user``, who may edit DAGs) promotes another run once; promoting it again, or the run the asset's
+Then by hand, through the plugin's POST endpoint: a viewer is refused (403), and so is a user who may
+edit DAGs but not create asset events (role ``user``); an editor who may (role ``op``) promotes another
+run once; promoting it again, or the run the asset's
 latest event already carries, emits nothing. Non-JSON and cross-site requests are refused. In
 headless Chromium, the comparison view's Promote button sends the same request with the UI's cookie.
 """
@@ -28,7 +29,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 REPO = Path(__file__).resolve().parents[2]
 SWEEP, CONSUMER = "tx_promote_sweep", "tx_promote_consumer"
 ASSET = "model://tx_promote_sweep/best"
-USERS = "admin:admin,vera:viewer,ed:user"
+USERS = "admin:admin,vera:viewer,ed:op,uma:user"
 
 
 @pytest.fixture(scope="module")
@@ -146,8 +147,9 @@ def test_the_best_run_is_promoted_with_one_event_and_the_consumer_runs_once(prom
 
 def test_manual_promotion_is_for_editors_and_happens_once(promoted):
     stack, run = promoted
-    # a viewer may read the DAG but not edit it
+    # a viewer may read the DAG but not edit it; a user may edit it but not create asset events
     assert _promote(stack, run, "vera", {"task_id": "train", "map_index": 3})[0] == 403
+    assert _promote(stack, run, "uma", {"task_id": "train", "map_index": 3})[0] == 403
     # the run the asset's latest event carries already: nothing new
     status, reply = _promote(stack, run, "ed", {"task_id": "train", "map_index": 2})
     assert (status, reply["created"], len(_events(stack))) == (200, False, 1)
@@ -176,7 +178,7 @@ def test_manual_promotion_is_for_editors_and_happens_once(promoted):
     record = FsspecStore(str(stack.home / "tracker")).metadata(handle)["airflow_promoted"]
     assert record["promoted_by"] == "user ed"
     # each request that passed the access checks is in Airflow's audit log, with who sent it (the
-    # viewer's was refused before it)
+    # viewer's and the user's were refused before it)
     logs = stack.api("GET", f"/eventLogs?event=torchx_promote&dag_id={SWEEP}&limit=100")["event_logs"]
     assert {log["owner"] for log in logs} == {"ed"} and len(logs) >= 3, logs
 

@@ -197,22 +197,29 @@ def test_diff_of_two_submitted_apps(sweep, client):
     assert lines["resource.cpu"]["same"]
 
 
-def test_last_runs_of_the_task_across_dag_runs(sweeps, client):
-    _, _, results = sweeps
+def _last(client, last: int) -> dict:
     reply = client.get(
         "/torchx/api/compare/tx_compare_sweep",
-        params={"task_id": "train", "last": 10},
+        params={"task_id": "train", "last": last},
         headers=_token(client, "admin"),
     )
     assert reply.status_code == 200, reply.text
-    data = reply.json()
-    assert data["dag_run_id"] is None and len(data["runs"]) == 10 and data["rows_not_shown"] == 6
-    # the newest DAG run first, then the MLflow sweep's first map indexes; metrics from both stores
+    return reply.json()
+
+
+def test_last_runs_of_the_task_across_dag_runs(sweeps, client):
+    """``last`` counts DAG runs: each brings every map index of the task."""
+    _, _, results = sweeps
     newest, older = results["fsspec"].run_id, results["mlflow"].run_id
+    data = _last(client, 1)
+    assert data["dag_run_id"] is None and data["rows_not_shown"] == 8  # the older sweep's eight
+    assert [(r["dag_run_id"], r["map_index"]) for r in data["runs"]] == [(newest, i) for i in range(8)]
+    data = _last(client, 2)
+    # the newest DAG run first, then the MLflow sweep's; metrics from both stores
+    assert data["rows_not_shown"] == 0
     assert [(r["dag_run_id"], r["map_index"]) for r in data["runs"]] == [
         *[(newest, i) for i in range(8)],
-        (older, 0),
-        (older, 1),
+        *[(older, i) for i in range(8)],
     ]
     assert data["runs"][8]["metrics"]["val_loss"] == LEARNING_RATES[0] / (EPOCHS + 1)
     assert sorted(data["trackers"]) == ["cmp_fs", "cmp_mlflow"]

@@ -2,7 +2,8 @@
 (tests/dags/torchx_approval_dags.py, local_cwd): the tasks wait in ``awaiting_input`` with the
 estimate in their request; approved through the REST API, the app is submitted and the result records
 who approved; rejected, or unanswered at the connection's timeout, nothing is submitted and the task
-fails naming the estimate."""
+fails naming the estimate; approved after the app changed (a Variable its function reads), nothing is
+submitted and the task fails naming the approved and the new fingerprint."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ from tests.stack import REPO, AirflowStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 PRICES = {"cpu_hour": 0.04, "mem_gb_hour": 0.01, "currency": "EUR"}
-DAG, TIMEOUT_DAG = "tx_cost_approval", "tx_cost_approval_timeout"
+DAG, TIMEOUT_DAG, CHANGED_DAG = "tx_cost_approval", "tx_cost_approval_timeout", "tx_cost_approval_changed"
 ESTIMATE = "0.4800 EUR"  # 8 CPUs x 0.04 + 16 GB x 0.01, for an hour
-SHORT_TIMEOUT = 5
+# longer than the scheduler takes to see the parked workload end (a few seconds on a busy machine): a
+# timeout sweep before that resumes the task, and the parked workload's late "success" fails it
+SHORT_TIMEOUT = 15
 
 
 def _conn(timeout_s: float) -> str:
@@ -49,25 +52,31 @@ def _hitl_path(dag_id: str, run_id: str, task_id: str) -> str:
     return f"/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}/taskInstances/{task_id}/-1/hitlDetails"
 
 
-def _answer(stack: AirflowStack, run_id: str, task_id: str, option: str) -> dict:
-    ti = stack.wait_ti(DAG, run_id, task_id, ("awaiting_input", "failed", "success"), timeout=600)
-    assert ti["state"] == "awaiting_input", stack.log(DAG, run_id, task_id, 1)[-3000:]
-    request = stack.api("GET", _hitl_path(DAG, run_id, task_id))
+def _answer(
+    stack: AirflowStack, run_id: str, task_id: str, option: str, dag_id: str = DAG, before=None
+) -> dict:
+    """Answer ``option`` to the task's request once it waits (calling ``before()`` just before)."""
+    ti = stack.wait_ti(dag_id, run_id, task_id, ("awaiting_input", "failed", "success"), timeout=600)
+    assert ti["state"] == "awaiting_input", stack.log(dag_id, run_id, task_id, 1)[-3000:]
+    request = stack.api("GET", _hitl_path(dag_id, run_id, task_id))
     assert request["options"] == ["Approve", "Reject"] and request["defaults"] == ["Reject"]
     assert f"estimated {ESTIMATE}" in request["subject"] and "over max_cost 0.01" in request["subject"]
     assert "requested 8 CPU, 0 GPU, 16384 MB memory" in request["body"]
-    assert stack.xcom(DAG, run_id, task_id, "app_handle") is None  # nothing submitted while it waits
+    assert "**App fingerprint**: `sha256:" in request["body"]
+    assert stack.xcom(dag_id, run_id, task_id, "app_handle") is None  # nothing submitted while it waits
     # Answer once the scheduler has taken the parked workload's end from its executor: an answer before
     # that resumes the task, and the late "success" of the parked workload then fails it (Airflow's
     # race, which a person answering seconds later never meets)
     parked = (
         "event with state success for task instance "
-        f"TaskInstanceKey(dag_id='{DAG}', task_id='{task_id}', run_id='{run_id}'"
+        f"TaskInstanceKey(dag_id='{dag_id}', task_id='{task_id}', run_id='{run_id}'"
     )
     scheduler_log = stack.home / "stack" / "scheduler.log"
     wait_until(lambda: parked in scheduler_log.read_text(), f"{task_id} parked", 120)
+    if before is not None:
+        before()
     return stack.api(
-        "PATCH", _hitl_path(DAG, run_id, task_id), {"chosen_options": [option], "params_input": {}}
+        "PATCH", _hitl_path(dag_id, run_id, task_id), {"chosen_options": [option], "params_input": {}}
     )
 
 
@@ -84,6 +93,14 @@ def runs(stack):
     for task_id in ("dear", "dear_decorated"):
         _answer(stack, rejected, task_id, "Reject")
     runs["rejected"] = (rejected, stack.wait_run(DAG, rejected, timeout=600))
+    # the app changes between the question and the answer: two replicas instead of one
+    changed = stack.trigger(CHANGED_DAG)
+
+    def more_replicas() -> None:
+        stack.api("POST", "/variables", {"key": "tx_approval_replicas", "value": "2"})
+
+    _answer(stack, changed, "changed", "Approve", CHANGED_DAG, before=more_replicas)
+    runs["changed"] = (changed, stack.wait_run(CHANGED_DAG, changed, timeout=600))
     return runs
 
 
@@ -125,4 +142,13 @@ def test_unanswered_run_is_rejected_at_the_timeout(stack, runs):
     assert stack.xcom(TIMEOUT_DAG, run_id, "dear", "app_handle") is None
     log = stack.log(TIMEOUT_DAG, run_id, "dear", 1)
     assert f"was not approved: no approver answered within {SHORT_TIMEOUT} s" in log
+    assert "Submitted TorchX app" not in log
+
+
+def test_an_approval_of_another_app_submits_nothing(stack, runs):
+    run_id, state = runs["changed"]
+    assert state == "failed"
+    assert stack.xcom(CHANGED_DAG, run_id, "changed", "app_handle") is None
+    log = stack.log(CHANGED_DAG, run_id, "changed", 1)
+    assert "admin (id admin) approved it at" in log and "but the app changed since (approved sha256:" in log
     assert "Submitted TorchX app" not in log

@@ -110,11 +110,12 @@ class _TorchXDecoratedOperator(DecoratedOperator, TorchXOperator):
             **kwargs,
         )
 
-    def execute(self, context: Context, event: dict[str, Any] | None = None) -> Any:
-        """``event``: an approver's answer resuming the task (``policies.cost.approval``); it reaches the
-        run here, as ``DecoratedOperator.execute`` passes the context alone."""
+    def execute(self, context: Context, event: dict[str, Any] | None = None, **parked: Any) -> Any:
+        """``event``: an approver's answer resuming the task, ``parked``: what it parked with
+        (``policies.cost.approval``); they reach the run here, as ``DecoratedOperator.execute`` passes
+        the context alone."""
         self._resolve_app(context)
-        self._lifecycle(context).run.resumed_with = event
+        self._lifecycle(context).run.resumed_with = {**parked, "event": event}
         return super().execute(context)
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:

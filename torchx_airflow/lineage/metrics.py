@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from torchx_airflow_tracker.metrics import MAX_NAME, MAX_POINTS, METRICS_KEY, thin
@@ -68,13 +68,29 @@ def final_metrics(tracker: TrackerBase, run_id: str) -> dict[str, float]:
         return {}
 
 
-def metric_series(tracker: TrackerBase, run_id: str) -> dict[str, list[tuple[int, float]]]:
-    """The run's curves ``{name: [(step, value), ...]}`` sorted by step; ``{}`` on failure."""
+def metric_series(
+    tracker: TrackerBase, run_id: str, names: Collection[str] | None = None
+) -> dict[str, list[tuple[int, float]]]:
+    """The run's curves ``{name: [(step, value), ...]}`` sorted by step (only ``names`` when given:
+    on MLflow the others' histories are not fetched); ``{}`` on failure."""
     try:
-        return _metric_series(_first_store(tracker), run_id)
+        return _metric_series(_first_store(tracker), run_id, names)
     except Exception as e:
         log.warning("Could not read the curves of %s from %r: %s: %s", run_id, tracker, type(e).__name__, e)
         return {}
+
+
+def curve_names(tracker: TrackerBase, run_id: str) -> list[str]:
+    """The names of the run's curves, sorted, without their points where the store keeps them apart
+    (MLflow: one read of the run); ``[]`` on failure."""
+    try:
+        store: Any = _first_store(tracker)
+        if _is_mlflow(store):
+            return _mlflow_series_keys(store, store.mlflow_run_id(run_id))
+        return sorted(_series_from_metadata(store.metadata(run_id)))
+    except Exception as e:
+        log.warning("Could not read the curves of %s from %r: %s: %s", run_id, tracker, type(e).__name__, e)
+        return []
 
 
 def _first_store(tracker: TrackerBase) -> TrackerBase:
@@ -120,10 +136,11 @@ def _job_keys(values: Mapping[str, object]) -> dict[str, object]:
     return {k: v for k, v in values.items() if isinstance(k, str) and not k.startswith(PROVIDER_PREFIXES)}
 
 
-def _metric_series(store: TrackerBase, run_id: str) -> Series:
+def _metric_series(store: TrackerBase, run_id: str, names: Collection[str] | None) -> Series:
     if _is_mlflow(store):
-        return _mlflow_series(store, run_id)
-    return _series_from_metadata(store.metadata(run_id))
+        return _mlflow_series(store, run_id, names)
+    series = _series_from_metadata(store.metadata(run_id))
+    return series if names is None else {k: v for k, v in series.items() if k in names}
 
 
 def _series_from_metadata(metadata: Mapping[str, object]) -> Series:
@@ -175,17 +192,24 @@ def _mlflow_run_metrics(store: Any, run_id: str) -> dict[str, float]:
     return {} if run is None else dict(run.data.metrics)
 
 
-def _mlflow_series(store: Any, run_id: str) -> Series:
-    """The history of each metric logged with steps (tagged ``torchx.series.<key>``), bounded."""
+def _mlflow_series_keys(store: Any, mlflow_id: str | None) -> list[str]:
+    """The metrics of the run logged with steps (tagged ``torchx.series.<key>``), at most ``MAX_SERIES``."""
     from torchx_airflow_tracker.mlflow_store import SERIES_PREFIX
 
+    if mlflow_id is None:
+        return []
+    tags = store.client.get_run(mlflow_id).data.tags
+    return sorted({v for k, v in tags.items() if k.startswith(SERIES_PREFIX) and _name_ok(v)})[:MAX_SERIES]
+
+
+def _mlflow_series(store: Any, run_id: str, names: Collection[str] | None) -> Series:
+    """The history of each metric logged with steps (of ``names`` only, when given), bounded."""
     mlflow_id = store.mlflow_run_id(run_id)
     if mlflow_id is None:
         return {}
-    tags = store.client.get_run(mlflow_id).data.tags
-    keys = sorted({v for k, v in tags.items() if k.startswith(SERIES_PREFIX) and _name_ok(v)})
+    keys = _mlflow_series_keys(store, mlflow_id)
     series: Series = {}
-    for key in keys[:MAX_SERIES]:
+    for key in keys if names is None else [k for k in keys if k in names]:
         points = _points([[m.step, m.value] for m in _history(store, mlflow_id, key)])
         if points:
             series[key] = points

@@ -48,10 +48,21 @@ __all__ = ["TorchXPromoteOperator"]
 
 
 def _upstream_setting(upstream: Any, name: str) -> Any:
-    """A constructor argument of the upstream operator (of ``partial`` for a mapped one)."""
+    """A constructor argument of the upstream operator (of ``partial`` for a mapped one), as
+    declared: a template is not rendered yet."""
     if getattr(upstream, "is_mapped", False):
         return upstream.partial_kwargs.get(name)
     return getattr(upstream, name, None)
+
+
+def _recorded_trackers(submitted: dict[int, Any]) -> list[str] | None:
+    """The tracker connection ids the upstream's tries used, as they resolved them (templates
+    rendered), from its ``torchx_app`` XComs: the first map index's that has them; None without."""
+    for _, record in sorted(submitted.items()):
+        conn_ids = record.get("tracker_conn_ids") if isinstance(record, dict) else None
+        if isinstance(conn_ids, list) and all(isinstance(c, str) for c in conn_ids):
+            return conn_ids
+    return None
 
 
 class TorchXPromoteOperator(BaseOperator):
@@ -64,7 +75,8 @@ class TorchXPromoteOperator(BaseOperator):
     :param asset: the ``Asset`` that receives the event; added to the task's ``outlets``.
     :param artifact_roots: directories or URL prefixes (``"s3://models/"``) the artifact may lie under
         besides the directories ``runs_of``'s own arguments name; a path anywhere else is refused.
-    :param tracker_conn_ids: where the promotion is recorded; default: ``runs_of``'s own trackers.
+    :param tracker_conn_ids: where the promotion is recorded; default: ``runs_of``'s own trackers, as
+        its runs resolved them (templates rendered; their XCom ``torchx_app``).
     :param torchx_conn_id: the torchx connection whose trackers are used when neither task names any.
 
     The task runs once the upstream task is done (``trigger_rule="all_done"``): runs that failed
@@ -123,7 +135,7 @@ class TorchXPromoteOperator(BaseOperator):
         upstream = self._upstream(where)
         results = self._results(context, upstream)
         submitted = self._results(context, upstream, key=XCOM_SUBMITTED_APP)
-        trackers = self._trackers(upstream, where)
+        trackers = self._trackers(context, upstream, submitted, where)
         store = trackers.stores[0] if trackers else None
         candidates = with_roots(candidates_from_results(results), submitted)
         best = pick_best(with_final_metrics(candidates, store), spec, where)
@@ -164,15 +176,22 @@ class TorchXPromoteOperator(BaseOperator):
         values = ti.xcom_pull(task_ids=self.runs_of, map_indexes=indexes, key=key) if indexes else []
         return dict(zip(indexes, values, strict=True))
 
-    def _trackers(self, upstream: Any, where: str) -> TrackerSet:
+    def _trackers(self, context: Context, upstream: Any, submitted: dict[int, Any], where: str) -> TrackerSet:
+        """This task's ``tracker_conn_ids``; else those the upstream's runs used (their XCom
+        ``torchx_app``); else the upstream's settings rendered in this DAG run's context (an
+        upstream that recorded none: its runs were cache hits, or it predates that record)."""
         from torchx_airflow.tracking import task_trackers
 
-        conn_ids = self.tracker_conn_ids
-        if conn_ids is None:
-            conn_ids = _upstream_setting(upstream, "tracker_conn_ids")
-        torchx_conn_id = (
-            self.torchx_conn_id
-            or _upstream_setting(upstream, "torchx_conn_id")
-            or TorchXHook.default_conn_name
-        )
-        return task_trackers(conn_ids, torchx_conn_id, where)
+        if self.tracker_conn_ids is not None:
+            return task_trackers(self.tracker_conn_ids, self._torchx_conn_id(context, upstream), where)
+        recorded = _recorded_trackers(submitted)
+        if recorded is not None:
+            return task_trackers(recorded, TorchXHook.default_conn_name, where)
+        # ``tracker_conn_ids="{{ params.trackers }}"`` must not reach the parser as that text
+        conn_ids = self.render_template(_upstream_setting(upstream, "tracker_conn_ids"), context)
+        return task_trackers(conn_ids, self._torchx_conn_id(context, upstream), where)
+
+    def _torchx_conn_id(self, context: Context, upstream: Any) -> str:
+        declared = self.torchx_conn_id or _upstream_setting(upstream, "torchx_conn_id")
+        rendered = self.render_template(declared, context) if declared else None
+        return str(rendered or TorchXHook.default_conn_name)

@@ -190,14 +190,14 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         """``outage_timeout``: the task's, else its connection's, else the site's."""
         return float(resolve("outage_timeout", self.outage_timeout, self.hook.settings.outage_timeout))
 
-    def execute(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+    def execute(self, context: Context, event: dict[str, Any] | None = None, **parked: Any) -> dict[str, Any]:
         from torchx_airflow.run.lifecycle import ShortCutTaken
         from torchx_airflow.run.waiting import check_leavable
 
         try:
             check_leavable(self.hook, self.hook.scheduler, self.wait_for_completion)
             with self._kills.running(context["ti"]):
-                vars(self._lifecycle(context).run).setdefault("resumed_with", event)  # an approver's answer
+                vars(self._lifecycle(context).run).setdefault("resumed_with", {**parked, "event": event})
                 self._lifecycle(context).durable().recover()  # a try that died submitting left a mark
                 try:
                     return self.execute_resumable(context)

@@ -1,15 +1,18 @@
 """The runs of one task side by side: what each submitted, what it measured, what it cost.
 
-Rows are the task's instances in one DAG run (every map index: a sweep), or in the DAG's last runs
-(a nightly retrain). Each row holds what Airflow knows (task state, tries, the task's result: app
-state, attempts, usage, cost, cache hit), what the task submitted (XCom ``torchx_app``, secrets
+Rows are the task's instances in one DAG run (every map index: a sweep), or in the DAG's last ``N``
+DAG runs that ran the task (a nightly retrain; every map index of each). Each row holds what
+Airflow knows (task state, tries, the task's result: app state, attempts, usage, cost, cache hit),
+what the task submitted (XCom ``torchx_app``, secrets
 masked by the task; the rendered fields for a run without it), and the run's final metrics read
 from the task's first tracker (``lineage.metrics``). Parameters are flattened to ``{name: text}``
 (``args``, ``env.LR``, ``image``, ``resource.cpu``, ``cfg.partition``...) so that the view shows
 only those that differ between rows.
 
-Bounded: at most ``MAX_ROWS`` rows, ``MAX_CURVES`` runs' curves at once; the database part is a
-few bulk queries whatever the number of rows, and store reads overlap (``walk.parallel_map``).
+Bounded: at most ``MAX_ROWS`` rows; the curves of the selected runs only (at most ``MAX_CURVES``),
+and of them only the drawn metric's points; no fsspec store entry read past
+``MAX_METADATA_ENTRY_BYTES`` (the page names what was left out); the database part is a few bulk
+queries whatever the number of rows, and store reads overlap (``walk.parallel_map``).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from urllib.parse import quote
 from sqlalchemy import func, select
 
 from torchx_airflow.lineage.keys import XCOM_RUN_ID, XCOM_SUBMITTED_APP
-from torchx_airflow.lineage.metrics import final_metrics, metric_series
+from torchx_airflow.lineage.metrics import curve_names, final_metrics, metric_series
 from torchx_airflow.plugins.airflow_runs import (
     DEFAULT_TORCHX_CONN_ID,
     XCOM_KEYS,
@@ -52,6 +55,9 @@ DEFAULT_LAST = 20
 MAX_CURVES = 12
 DEFAULT_CURVES = 8
 MAX_PARAM_TEXT = 500
+#: a store entry (fsspec) larger than this is not read: a store holds what any job wrote, and a job's
+#: own metrics entry stays far below it (100 curves of 1,000 points)
+MAX_METADATA_ENTRY_BYTES = 8 << 20
 # the rendered fields that describe a run (the rest name connections or are the app record's twins)
 RENDERED_PARAMS = ("component", "component_args", "scheduler", "cfg", "env", "app_name")
 # fixed columns, sortable as such; metrics sort as "metric:<name>", parameters as "param:<name>"
@@ -173,18 +179,27 @@ class Comparison:
         have.sort(key=lambda row: _sort_key(row.value(column)), reverse=descending)
         self.rows = have + missing
 
-    def series(self, keys: Sequence[str]) -> dict[str, dict[str, list[tuple[int, float]]]]:
-        """The curves of the rows ``keys`` (at most ``MAX_CURVES``), read from their stores."""
+    def series(
+        self, keys: Sequence[str], metric: str | None
+    ) -> tuple[list[str], str | None, dict[str, dict[str, list[tuple[int, float]]]]]:
+        """The curves of the rows ``keys`` (at most ``MAX_CURVES``), read from their stores: the
+        names of their curves, the one drawn (``metric`` if one of them, else the first), and each
+        row's curve of that one only (the others' points are not fetched)."""
         rows = [row for row in (self.row(k) for k in keys[:MAX_CURVES]) if row is not None]
-        readable = [r for r in rows if r.torchx_run_id and r.store_index is not None]
+        readable = {r.key: r for r in rows if r.torchx_run_id and r.store_index is not None}
 
-        def read(key: str) -> dict[str, list[tuple[int, float]]]:
-            row = next(r for r in readable if r.key == key)
-            return metric_series(self.stores[row.store_index or 0], str(row.torchx_run_id))
+        def store_of(key: str) -> tuple[TrackerBase, str]:
+            row = readable[key]
+            return self.stores[row.store_index or 0], str(row.torchx_run_id)
 
-        return dict(
-            zip([r.key for r in readable], parallel_map(read, [r.key for r in readable]), strict=True)
+        names = sorted(
+            {n for found in parallel_map(lambda k: curve_names(*store_of(k)), list(readable)) for n in found}
         )
+        chosen = metric if metric in names else (names[0] if names else None)
+        if chosen is None:
+            return names, None, {}
+        curves = parallel_map(lambda k: metric_series(*store_of(k), names=(chosen,)), list(readable))
+        return names, chosen, dict(zip(readable, curves, strict=True))
 
 
 def _sort_key(value: Any) -> tuple[int, float, str, tuple[Any, ...]]:
@@ -277,27 +292,36 @@ def rendered_params(fields: Mapping[str, Any]) -> dict[str, str]:
 def _task_instances(
     session: Session, dag_id: str, task_id: str, dag_run_id: str | None, last: int
 ) -> tuple[list[Any], int]:
-    """The task's instances (one DAG run's, or the last ``last`` of the DAG's), newest DAG run
-    first; and how many more there are beyond that (or ``MAX_ROWS``)."""
+    """The task's instances (one DAG run's, or those of the DAG's last ``last`` runs that have the
+    task: every map index of each), newest DAG run first, at most ``MAX_ROWS``; and how many more
+    the task has beyond those (in older DAG runs, or over ``MAX_ROWS``)."""
     from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance as TI
 
-    query = (
-        select(TI.run_id, TI.map_index, TI.state, TI.try_number, TI.duration)
-        .join(DagRun, (DagRun.dag_id == TI.dag_id) & (DagRun.run_id == TI.run_id))
-        .where(TI.dag_id == dag_id, TI.task_id == task_id)
+    of_task: tuple[Any, ...] = (TI.dag_id == dag_id, TI.task_id == task_id)
+    query = select(TI.run_id, TI.map_index, TI.state, TI.try_number, TI.duration).join(
+        DagRun, (DagRun.dag_id == TI.dag_id) & (DagRun.run_id == TI.run_id)
     )
     if dag_run_id is not None:
         exists = select(DagRun.id).where(DagRun.dag_id == dag_id, DagRun.run_id == dag_run_id)
         if session.scalar(exists) is None:
             raise DagRunNotFound(dag_id, dag_run_id)
-        query = query.where(TI.run_id == dag_run_id)
-        limit = MAX_ROWS
+        runs, counted = [dag_run_id], (*of_task, TI.run_id == dag_run_id)
     else:
-        limit = min(last, MAX_ROWS)
-    total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+        # ``last`` counts DAG runs, not task instances: a sweep of 8 map indexes is one run
+        latest = (
+            select(DagRun.run_id)
+            .where(
+                DagRun.dag_id == dag_id, select(TI.id).where(*of_task, TI.run_id == DagRun.run_id).exists()
+            )
+            .order_by(DagRun.run_after.desc(), DagRun.id.desc())
+            .limit(min(last, MAX_ROWS))
+        )
+        runs, counted = list(session.scalars(latest)), of_task
+    total = session.scalar(select(func.count()).select_from(TI).where(*counted)) or 0
+    query = query.where(*of_task, TI.run_id.in_(runs))
     query = query.order_by(DagRun.run_after.desc(), DagRun.id.desc(), TI.map_index)
-    rows = list(session.execute(query.limit(limit)))
+    rows = list(session.execute(query.limit(MAX_ROWS)))
     return rows, max(0, total - len(rows))
 
 
@@ -425,6 +449,8 @@ def _read_metrics(
                 f"Tracker {group.conn_ids[0]!r} could not be read: {type(e).__name__}: {e}"
             )
             continue
+        if hasattr(store, "max_entry_bytes"):  # an fsspec store: each entry read up to the bound
+            store.max_entry_bytes = MAX_METADATA_ENTRY_BYTES
         comparison.stores.append(store)
         comparison.trackers.append(group.conn_ids[0])
         for task in group.tasks:
@@ -439,6 +465,13 @@ def _read_metrics(
 
     for key, metrics in zip(by_key, parallel_map(read, list(by_key)), strict=True):
         by_key[key].metrics = metrics
+    for row in readable:
+        skipped = getattr(comparison.stores[row.store_index or 0], "oversized", {}).get(row.torchx_run_id)
+        if skipped:
+            comparison.warnings.append(
+                f"{row.label}: {len(skipped)} store entries over {MAX_METADATA_ENTRY_BYTES} bytes were not "
+                "read; the metrics they hold are not shown."
+            )
 
 
 # the JSON form (the page is drawn from it)
@@ -463,16 +496,17 @@ def comparison_json(
     diff: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """The comparison as JSON: rows (only the differing parameters), the curves of the runs in
-    ``show`` (default: the first ``DEFAULT_CURVES`` rows with a run), and the diff of two rows."""
+    ``show`` (default: the first ``DEFAULT_CURVES`` rows with a run; at most ``MAX_CURVES``) of one
+    metric (``metric``, else the first), what was left out of the plot, and the diff of two rows."""
     if sort:
         comparison.sort(sort, descending=order == "desc")
     params = comparison.differing_params
-    keys = [k for k in show if comparison.row(k) is not None][:MAX_CURVES]
+    shown = [k for k in show if comparison.row(k) is not None]
     if not show:
-        keys = [row.key for row in comparison.rows if row.torchx_run_id][:DEFAULT_CURVES]
-    series = comparison.series(keys)
-    series_metrics = sorted({name for curves in series.values() for name in curves})
-    chosen = metric if metric in series_metrics else (series_metrics[0] if series_metrics else None)
+        shown = [row.key for row in comparison.rows if row.torchx_run_id][:DEFAULT_CURVES]
+    keys = shown[:MAX_CURVES]
+    series_metrics, chosen, series = comparison.series(keys, metric)
+    not_selected = {row.key for row in comparison.rows if row.torchx_run_id} - set(shown)
     diff_json = None
     if diff is not None:
         a, b = comparison.row(diff[0]), comparison.row(diff[1])
@@ -496,6 +530,10 @@ def comparison_json(
         "selected": keys,
         "metric": chosen,
         "series_metrics": series_metrics,
+        # whose curves were not read: the runs not selected, and the selected ones over MAX_CURVES
+        "curves_not_selected": len(not_selected),
+        "selected_not_plotted": shown[MAX_CURVES:],
+        "max_curves": MAX_CURVES,
         "series": {
             key: {n: [list(p) for p in pts] for n, pts in curves.items()} for key, curves in series.items()
         },

@@ -250,6 +250,24 @@ def render_diff(diff: Mapping[str, Any] | None) -> str:
     )
 
 
+def curves_left_out(data: Mapping[str, Any]) -> str:
+    """What the plot leaves out, and why: runs not selected (their curves were not read) and
+    selected runs over the plot's limit."""
+    notes = []
+    if data.get("curves_not_selected"):
+        notes.append(
+            f"Curves of {data['curves_not_selected']} other runs were not read: tick Plot on them "
+            "to draw them."
+        )
+    over = data.get("selected_not_plotted") or []
+    if over:
+        notes.append(
+            f"{len(over)} selected runs are not drawn: the plot takes at most {data['max_curves']} "
+            f"at once ({', '.join(over)})."
+        )
+    return "".join(f'<p class="left-out">{_esc(note)}</p>' for note in notes)
+
+
 def render_compare_page(
     data: Mapping[str, Any],
     *,
@@ -262,7 +280,7 @@ def render_compare_page(
     scope = (
         f"DAG run {data['dag_run_id']}"
         if data["dag_run_id"]
-        else f"last {len(data['runs'])} runs across DAG runs"
+        else f"the DAG's last {query.get('last') or len(data['runs'])} DAG runs"
     )
     labels = {run["key"]: run_label(run, bool(data["dag_run_id"])) for run in data["runs"]}
     metric_options = "".join(
@@ -279,8 +297,8 @@ def render_compare_page(
     cut = ""
     if data["rows_not_shown"]:
         cut = (
-            f'<div class="warning cut">{data["rows_not_shown"]} more runs not shown '
-            f"(at most {data['max_rows']}).</div>"
+            f'<div class="warning cut">{data["rows_not_shown"]} more runs of the task not shown '
+            f"(in older DAG runs, or over {data['max_rows']} rows).</div>"
         )
     if data["runs"]:
         table = render_table(data, query, promote_url)
@@ -307,7 +325,7 @@ def render_compare_page(
   <button type="submit">Plot and diff the chosen runs</button>
 </form>
 <section class="table-wrap">{table}</section>
-<section class="plots">{render_curves(curves, labels, data["metric"] or "")}</section>
+<section class="plots">{render_curves(curves, labels, data["metric"] or "")}{curves_left_out(data)}</section>
 <section class="diff-wrap"><h2>Submitted apps</h2>{render_diff(data.get("diff"))}</section>
 </body></html>
 """

@@ -12,7 +12,9 @@ and recorded the artifact), except that the person, not the metric, picks the ru
 
 Protection is Airflow's own: the caller is authenticated by the API server (the UI's session cookie,
 which is ``SameSite=Lax``, or a bearer token) and must be allowed to edit the DAG
-(``requires_access_dag("PUT")``) and to read its runs, task instances and XComs. The body must be
+(``requires_access_dag("PUT")``), to create asset events (``requires_access_asset("POST")``, the
+check of Airflow's own ``POST /api/v2/assets/events``), and to read its runs, task instances and
+XComs. The body must be
 JSON and a browser's cross-site request is refused, so a page on another site cannot promote
 with a user's cookie. Each allowed request leaves an entry in Airflow's audit log (event
 ``torchx_promote``). The event is emitted as Airflow's ``POST /api/v2/assets/events`` emits one
@@ -31,7 +33,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import urlsplit
 
 from airflow.api_fastapi.common.db.common import SessionDep
-from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
+from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_asset, requires_access_dag
 from airflow.api_fastapi.logging.decorators import action_logging
 from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from pydantic import BaseModel, Field
@@ -222,6 +224,9 @@ def add_promotion_routes(app: FastAPI, read_dependencies: list[Any]) -> None:
     @app.post(
         "/api/promote/{dag_id}/{run_id}",
         dependencies=[
+            # a promotion emits an asset event: who may not emit one through Airflow's API may not here
+            # (first: the role decides it, the DAG's check reads the database)
+            Depends(requires_access_asset("POST")),
             Depends(requires_access_dag("PUT")),
             *read_dependencies,
             # Airflow's audit log, as its own endpoints that change state keep it

@@ -52,8 +52,8 @@ class TaskRun:
     :param execution_timeout: the task's ``execution_timeout`` (``deadline`` counts from its start).
     """
 
-    #: the event Airflow resumed this execution with, set by the operator: an approver's answer
-    #: (``policies.cost.approval``)
+    #: what Airflow resumed this execution with, set by the operator: ``event`` (an approver's answer)
+    #: and what the task parked with (``policies.cost.approval``)
     resumed_with: dict[str, Any] | None = None
 
     def __init__(

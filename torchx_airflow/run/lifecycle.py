@@ -150,6 +150,8 @@ class RunLifecycle:
         run, hook = self.run, self.run.hook
         cfg = hook.resolve_cfg(hook.scheduler, hook.cfg)
         record = submitted_app(run.app, hook.scheduler, cfg, run.trackers.secret_env_names())
+        # the trackers as this try resolved them (templates rendered): TorchXPromoteOperator's default
+        record["tracker_conn_ids"] = list(run.trackers.conn_ids)
         run.ti.xcom_push(key=XCOM_SUBMITTED_APP, value=record)
 
     def _refuse_if_killed(self, app_handle: str | None) -> None:

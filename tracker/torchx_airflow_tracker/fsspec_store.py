@@ -56,7 +56,7 @@ from torchx_airflow_tracker.run_graph import (
     artifact_names_key,
     build_lineage,
 )
-from torchx_airflow_tracker.store_files import StoreFiles
+from torchx_airflow_tracker.store_files import FileTooLargeError, StoreFiles
 from torchx_airflow_tracker.store_layout import (
     ARTIFACTS,
     DESCENDANTS,
@@ -148,6 +148,10 @@ class FsspecStore(EdgeQueries, TrackerBase):
         self._scanned: dict[str, list[Edge]] = {}  # unindexed run dirs read once by this object
         self._listing_cache = LocalListingCache(self.root) if self.files.local else None
         self._entry_texts: dict[str, tuple[Hashable, str]] = {}  # object stores: {path: (version, text)}
+        #: readers of what any job wrote set a bound: an entry larger than this is skipped, unread
+        self.max_entry_bytes: int | None = None
+        #: run id -> the entries of it skipped for their size (``max_entry_bytes``)
+        self.oversized: dict[str, set[str]] = {}
 
     def create_root(self) -> None:
         """Writer: make the root exist (readers never create it); raises when it cannot be created."""
@@ -173,7 +177,12 @@ class FsspecStore(EdgeQueries, TrackerBase):
             known = self._entry_texts.get(path)
             text = known[1] if known is not None and version is not None and known[0] == version else None
             if text is None:
-                text = self.files.read_text(path)
+                try:
+                    text = self.files.read_text(path, self.max_entry_bytes)
+                except FileTooLargeError as e:
+                    log.warning("Skipping %s: %s (max_entry_bytes)", path, e)
+                    self.oversized.setdefault(run_id, set()).add(path)
+                    continue
             if text is None:  # removed since listed
                 continue
             try:

@@ -26,6 +26,15 @@ def is_local(fs: fsspec.AbstractFileSystem) -> bool:
     return bool(_LOCAL_PROTOCOLS & set(protocols))
 
 
+class FileTooLargeError(ValueError):
+    """A file holds more than a bounded read allows: it was not read past the bound."""
+
+    def __init__(self, path: str, max_bytes: int) -> None:
+        super().__init__(f"{path!r} holds more than {max_bytes} bytes; it was not read")
+        self.path = path
+        self.max_bytes = max_bytes
+
+
 class StoreFiles:
     """Write whole files, read them, list a directory's entry names: on ``fs``, or ``os`` when local.
 
@@ -128,19 +137,26 @@ class StoreFiles:
             self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
             self.fs.pipe_file(path, data)
 
-    def read(self, path: str) -> bytes:
-        """The file's bytes; ``FileNotFoundError`` if it does not exist."""
+    def read(self, path: str, max_bytes: int | None = None) -> bytes:
+        """The file's bytes; ``FileNotFoundError`` if it does not exist. With ``max_bytes``, at most
+        ``max_bytes + 1`` of them are read (a longer result tells the caller the file is larger)."""
         if self.local:
             with open(path, "rb") as f:
-                return f.read()
-        return self.fs.cat_file(path)
+                return f.read(-1 if max_bytes is None else max_bytes + 1)
+        if max_bytes is None:
+            return self.fs.cat_file(path)
+        return self.fs.cat_file(path, start=0, end=max_bytes + 1)
 
-    def read_text(self, path: str) -> str | None:
-        """The file's text, or None if it does not exist (or is a directory)."""
+    def read_text(self, path: str, max_bytes: int | None = None) -> str | None:
+        """The file's text, or None if it does not exist (or is a directory); ``FileTooLargeError`` when
+        it holds more than ``max_bytes`` (nothing past that is read)."""
         try:
-            return self.read(path).decode("utf-8")
+            data = self.read(path, max_bytes)
         except (FileNotFoundError, IsADirectoryError):
             return None
+        if max_bytes is not None and len(data) > max_bytes:
+            raise FileTooLargeError(path, max_bytes)
+        return data.decode("utf-8")
 
     def names(self, directory: str, hidden: bool = False) -> list[str]:
         """Entry names (not paths) under ``directory`` in name order; [] if missing.

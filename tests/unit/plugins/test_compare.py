@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from torchx_airflow.plugins.compare import (
     Comparison,
     app_params,
@@ -129,3 +131,84 @@ def test_sort_keys_order_numbers_texts_and_runs():
 
     values = ["10", "2", "b", "a", 0.5, True, ("r", 10), ("r", 2)]
     assert sorted(values, key=_sort_key) == [0.5, True, "2", "10", "a", "b", ("r", 2), ("r", 10)]
+
+
+def _curves(store, run_id: str, **series: list[list[float]]) -> None:
+    store.add_metadata(run_id, torchx_metrics={"final": {}, "series": series})
+
+
+def test_curves_are_read_for_the_selected_runs_and_the_drawn_metric_only(tmp_path, monkeypatch):
+    from torchx_airflow_tracker.fsspec_store import FsspecStore
+
+    from torchx_airflow.plugins import compare
+
+    store = FsspecStore(str(tmp_path / "store"))
+    results = []
+    for i in range(3):
+        run_id = f"local_cwd://torchx/c-{i}"
+        _curves(store, run_id, loss=[[1, 1.0 + i], [2, 0.5]], acc=[[1, 0.1 * i]])
+        results.append({"torchx_run_id": run_id})
+    fetched: list[tuple[str, tuple[str, ...] | None]] = []
+
+    def counting(tracker, run_id, names=None):
+        fetched.append((run_id, tuple(names) if names is not None else None))
+        return compare_metric_series(tracker, run_id, names)
+
+    compare_metric_series = compare.metric_series
+    monkeypatch.setattr(compare, "metric_series", counting)
+    data = comparison_json(_comparison(results, store), show=["r1/1"], metric="loss")
+    assert data["series_metrics"] == ["acc", "loss"] and data["metric"] == "loss"
+    assert data["series"] == {"r1/1": {"loss": [[1, 2.0], [2, 0.5]]}}
+    assert fetched == [("local_cwd://torchx/c-1", ("loss",))]  # one run, one curve
+    assert (data["curves_not_selected"], data["selected_not_plotted"]) == (2, [])
+    page = render_compare_page(data, static_url="/s", json_url="/j", query={})
+    assert "Curves of 2 other runs were not read: tick Plot on them" in page
+
+
+def test_selected_runs_over_the_limit_are_named_as_not_drawn(tmp_path, monkeypatch):
+    from torchx_airflow_tracker.fsspec_store import FsspecStore
+
+    from torchx_airflow.plugins import compare
+
+    monkeypatch.setattr(compare, "MAX_CURVES", 2)
+    store = FsspecStore(str(tmp_path / "store"))
+    results = []
+    for i in range(3):
+        _curves(store, f"local_cwd://torchx/s-{i}", loss=[[1, float(i)]])
+        results.append({"torchx_run_id": f"local_cwd://torchx/s-{i}"})
+    data = comparison_json(_comparison(results, store), show=["r1/0", "r1/1", "r1/2"])
+    assert sorted(data["series"]) == ["r1/0", "r1/1"] and data["selected_not_plotted"] == ["r1/2"]
+    page = render_compare_page(data, static_url="/s", json_url="/j", query={})
+    assert "1 selected runs are not drawn: the plot takes at most 2 at once (r1/2)" in page
+
+
+@pytest.mark.parametrize("root", ["local", "memory"])
+def test_a_store_entry_over_the_bound_is_not_read_and_the_page_says_so(tmp_path, monkeypatch, root):
+    """A job's entry of 9 MiB: the view reads none of it past the bound (8 MiB), keeps the run's
+    other metrics, and names what it left out."""
+    import uuid
+
+    from torchx_airflow_tracker.fsspec_store import FsspecStore
+    from torchx_airflow_tracker.store_files import StoreFiles
+
+    from torchx_airflow.plugins import compare
+
+    url = str(tmp_path / "store") if root == "local" else f"memory://cmp-{uuid.uuid4().hex}"
+    writer = FsspecStore(url)
+    writer.add_metadata("local_cwd://torchx/big", loss=0.25)
+    writer.add_metadata("local_cwd://torchx/big", junk="x" * (9 << 20), accuracy=0.9)
+    reads: list[int | None] = []
+    real_read = StoreFiles.read
+    monkeypatch.setattr(
+        StoreFiles,
+        "read",
+        lambda self, path, max_bytes=None: reads.append(max_bytes) or real_read(self, path, max_bytes),
+    )
+    data = comparison_json(_comparison([{"torchx_run_id": "local_cwd://torchx/big"}], FsspecStore(url)))
+    assert data["runs"][0]["metrics"] == {"loss": 0.25}  # the oversized entry's accuracy is not read
+    assert reads and set(reads) == {compare.MAX_METADATA_ENTRY_BYTES}  # every entry read bounded
+    (warning,) = data["warnings"]
+    assert warning.startswith("r1 [0]: 1 store entries over 8388608 bytes were not read")
+    assert "1 store entries over 8388608 bytes were not read" in render_compare_page(
+        data, static_url="/s", json_url="/j", query={}
+    )

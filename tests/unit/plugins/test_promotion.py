@@ -1,15 +1,52 @@
-"""The manual promotion endpoint's request checks and the comparison view's Promote form
+"""The manual promotion endpoint's request and access checks and the comparison view's Promote form
 (plugins/promotion.py, compare_render.promote_cell); the endpoint itself runs on a real Airflow in
-tests/e2e/test_promotion_rest.py."""
+tests/e2e/test_promotion_rest.py. The access checks run with Airflow's real SimpleAuthManager and its
+roles (a user may edit DAGs, only an op may create asset events)."""
 
 from __future__ import annotations
 
 import pytest
-from fastapi import HTTPException
+from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+from airflow.api_fastapi.core_api import security
+from fastapi import FastAPI, HTTPException
+from fastapi.testclient import TestClient
 from starlette.requests import Request
 
 from torchx_airflow.plugins.compare_render import promote_cell
-from torchx_airflow.plugins.promotion import check_same_origin
+from torchx_airflow.plugins.promotion import add_promotion_routes, check_same_origin
+
+
+def _client(monkeypatch, role: str) -> TestClient:
+    """The promotion endpoint on an app of its own, for a signed-in user with ``role``."""
+    monkeypatch.setattr(security, "get_auth_manager", SimpleAuthManager)
+    app = FastAPI()
+    add_promotion_routes(app, [])
+    app.dependency_overrides[security.get_user] = lambda: SimpleAuthManagerUser(username="u", role=role)
+    return TestClient(app)
+
+
+@pytest.mark.parametrize("role", ["viewer", "user"])
+def test_a_user_who_may_not_create_asset_events_is_refused(monkeypatch, role):
+    """``user`` may edit the DAG but not create asset events (Airflow's POST /assets/events refuses
+    them too): refused before anything is read or emitted."""
+    reply = _client(monkeypatch, role).post("/api/promote/d/r", json={"task_id": "train"})
+    assert (reply.status_code, reply.json()) == (403, {"detail": "Forbidden"})
+
+
+def test_an_op_passes_the_access_checks(monkeypatch):
+    """The access checks let an op through (the request then needs the DAG, which is not here)."""
+    app = FastAPI()
+    add_promotion_routes(app, [])
+    (route,) = [r for r in app.routes if getattr(r, "path", "") == "/api/promote/{dag_id}/{run_id}"]
+    monkeypatch.setattr(security, "get_auth_manager", SimpleAuthManager)
+    checks = [d.dependency for d in route.dependencies if "requires_access" in d.dependency.__qualname__]
+    assert len(checks) == 2  # the DAG's edit and the asset's POST
+    request = Request({"type": "http", "method": "POST", "path": "/", "headers": [], "query_string": b""})
+    for check in checks:
+        check(request, SimpleAuthManagerUser(username="o", role="op"))  # does not raise
+        with pytest.raises(HTTPException):
+            check(request, SimpleAuthManagerUser(username="v", role="viewer"))
 
 
 def _request(**headers: str) -> Request:

@@ -13,39 +13,102 @@ runs again from the start (nothing was submitted) with the answer, and:
 - no answer within the timeout: Airflow's scheduler answers with the request's default, ``Reject``:
   the task fails the same way, saying that no one answered. Nothing is ever submitted unapproved.
 
+The approval is bound to what was estimated: the request names the estimate and the app's
+fingerprint (``app_fingerprint``: a SHA-256 of the app and its scheduler, secret values masked), and
+the parked task keeps the same figures with Airflow (its ``next_kwargs``, which only the task writes).
+When the task resumes, it estimates and fingerprints its app again; if either differs from what the
+approver saw (a template rendered otherwise, a changed price table, a new last run the estimate counts
+from), nothing is submitted and the task fails with ``TorchXCostApprovalError`` naming both: within
+one try Airflow keeps the first request's text, so a second question would show the old figures.
+Clearing the task asks again with the new ones.
+
 A new try of the task (a retry, a clear) asks again: a request belongs to one try.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+import re
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from torchx_airflow.apps import json_safe
 from torchx_airflow.exceptions import TorchXCostApprovalError
 
 if TYPE_CHECKING:
+    from torchx.specs import AppDef
+
     from torchx_airflow.exceptions import TorchXCostLimitError
     from torchx_airflow.run.execution import TaskRun
 
 APPROVE, REJECT = "Approve", "Reject"
 RESULT_KEY = "cost_approval"  # the task result's field
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+#: the argument the parked task resumes with: what it asked to approve (``asked``)
+ASKED_KEY = "cost_approval_asked"
 
 
-def approve_or_raise(run: TaskRun, over: TorchXCostLimitError, timeout_s: float) -> dict[str, Any]:
-    """The approval of the run ``over`` refused (recorded in the result), once an approver gave it.
-    Not asked yet: asks, and the task waits (``TaskAwaitingInput``); rejected or unanswered at the
-    timeout: raises ``TorchXCostApprovalError``. Nothing has been submitted."""
-    answer = run.resumed_with
+def app_fingerprint(app: AppDef, scheduler: str) -> str:
+    """``sha256:<hex>`` of ``app`` as submitted to ``scheduler``: every field of every role, with the
+    values of sensitive env variables and every registered secret masked (an approver sees the
+    fingerprint, and a digest of a short secret could be searched)."""
+    from airflow.sdk.log import redact
+
+    from torchx_airflow.secrets import mask_sensitive_env
+
+    for role in app.roles:
+        mask_sensitive_env(role.env)
+    doc = redact(json_safe({"scheduler": scheduler, "app": dataclasses.asdict(app)}))
+    # an object in metadata without a repr of its own is "<X object at 0x...>": not the app's content
+    text = _ADDRESS.sub("", json.dumps(doc, sort_keys=True, separators=(",", ":")))
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def asked(over: TorchXCostLimitError, fingerprint: str) -> dict[str, Any]:
+    """What a request asks to approve: the estimate, its bound and the app's fingerprint."""
+    return {**_figures(over), "app_fingerprint": fingerprint}
+
+
+def _changed(approved: Any, now: dict[str, Any]) -> str | None:
+    """How what the task would submit now differs from what was approved; None if it does not."""
+    if not isinstance(approved, dict):
+        return "the answer does not say which estimate and app it approved"
+    if approved.get("app_fingerprint") != now["app_fingerprint"]:
+        return (
+            f"the app changed since (approved {approved.get('app_fingerprint')}, "
+            f"now {now['app_fingerprint']})"
+        )
+    figures = [(k, approved.get(k), now[k]) for k in ("estimate", "max_cost", "currency")]
+    differ = [f"{k} {was!r} -> {is_!r}" for k, was, is_ in figures if was != is_]
+    return f"the estimate changed since ({', '.join(differ)})" if differ else None
+
+
+def approve_or_raise(
+    run: TaskRun, over: TorchXCostLimitError, timeout_s: float, app: AppDef
+) -> dict[str, Any]:
+    """The approval of ``app``, which ``over`` refused (recorded in the result), once an approver gave
+    it for this estimate and this app. Not asked yet: asks, and the task waits (``TaskAwaitingInput``);
+    rejected, unanswered at the timeout, or approved for another estimate or app: raises
+    ``TorchXCostApprovalError``. Nothing has been submitted."""
+    now = asked(over, app_fingerprint(app, run.hook.scheduler))
+    resumed = run.resumed_with or {}
+    answer = resumed.get("event")
     if not isinstance(answer, dict) or not ("chosen_options" in answer or "error_type" in answer):
-        _ask(run, run.context["ti"].id, over, timeout_s)
+        _ask(run, run.context["ti"].id, over, now, timeout_s)
     chosen = list(answer.get("chosen_options") or [])
     user = answer.get("responded_by_user")  # {"id", "name"}; None: Airflow's scheduler at the timeout
     responded_at = answer.get("responded_at")
     at = responded_at.isoformat() if isinstance(responded_at, datetime) else responded_at
+    if chosen == [APPROVE] and user and (changed := _changed(resumed.get(ASKED_KEY), now)):
+        raise TorchXCostApprovalError(
+            over, f"{user['name']} (id {user['id']}) approved it at {at}, but {changed}"
+        )
     if chosen == [APPROVE] and user:
         run.log.warning("%s approved the estimated cost over max_cost at %s: submitting", user["name"], at)
         approval = {"approved_by": {"id": user["id"], "name": user["name"]}, "responded_at": at}
-        run.result_fields[RESULT_KEY] = {**approval, **_figures(over)}
+        run.result_fields[RESULT_KEY] = {**approval, **now}
         return run.result_fields[RESULT_KEY]
     if not user:  # the request's default at its timeout (or the timeout without an answer)
         raise TorchXCostApprovalError(
@@ -58,8 +121,10 @@ def _figures(over: TorchXCostLimitError) -> dict[str, Any]:
     return {"estimate": over.estimate, "max_cost": over.max_cost, "currency": over.currency}
 
 
-def _ask(run: TaskRun, ti_id: Any, over: TorchXCostLimitError, timeout_s: float) -> NoReturn:
-    """Write the request and park the task awaiting the answer (never returns)."""
+def _ask(
+    run: TaskRun, ti_id: Any, over: TorchXCostLimitError, now: dict[str, Any], timeout_s: float
+) -> NoReturn:
+    """Write the request and park the task awaiting the answer, keeping what it asks (never returns)."""
     from airflow.sdk.exceptions import TaskAwaitingInput
     from airflow.sdk.execution_time.hitl import upsert_hitl_detail
 
@@ -68,8 +133,10 @@ def _ask(run: TaskRun, ti_id: Any, over: TorchXCostLimitError, timeout_s: float)
         f"over max_cost {over.max_cost:g} {over.currency}?"
     )
     body = (
-        f"**Estimate**: {over.explanation}\n\n{APPROVE} submits the app. {REJECT}, or no answer within "
-        f"{timeout_s:g} s, fails the task without submitting anything."
+        f"**Estimate**: {over.explanation}\n\n**App fingerprint**: `{now['app_fingerprint']}`\n\n"
+        f"{APPROVE} submits this app at this estimate (if either has changed when the task resumes, "
+        f"nothing is submitted). {REJECT}, or no answer within {timeout_s:g} s, fails the task without "
+        "submitting anything."
     )
     upsert_hitl_detail(
         ti_id=ti_id, options=[APPROVE, REJECT], subject=subject, body=body, defaults=[REJECT], params={}
@@ -77,6 +144,8 @@ def _ask(run: TaskRun, ti_id: Any, over: TorchXCostLimitError, timeout_s: float)
     run.log.warning(
         "Estimated cost over max_cost: waiting up to %g s for an approver (Required Actions page)", timeout_s
     )
-    # the answer resumes the operator's execute with it as ``event`` (``run.resumed_with``): the task
-    # runs again from the start and comes back here
-    raise TaskAwaitingInput(method_name="execute", timeout=timedelta(seconds=timeout_s))
+    # the answer resumes the operator's execute with it as ``event`` and what was asked as
+    # ``ASKED_KEY`` (``run.resumed_with``): the task runs again from the start and comes back here
+    raise TaskAwaitingInput(
+        method_name="execute", kwargs={ASKED_KEY: now}, timeout=timedelta(seconds=timeout_s)
+    )

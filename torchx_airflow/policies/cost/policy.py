@@ -59,7 +59,7 @@ class CostPolicy(RunPolicy):
                 raise
             from torchx_airflow.policies.cost.approval import approve_or_raise
 
-            approve_or_raise(run, over, timeout_s)
+            approve_or_raise(run, over, timeout_s, app)
 
     def spent(self, run: TaskRun) -> float:
         """What the ended attempts of this try's job cost: each attempt's actual cost, or its

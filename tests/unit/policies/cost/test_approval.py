@@ -13,10 +13,12 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import TaskAwaitingInput
 from airflow.sdk.execution_time import hitl
+from torchx.specs import AppDef, Role
 
 from tests.fakes import FakeSchedulerHook
 from tests.unit.policies.test_policy_points import FakeRun
 from torchx_airflow.exceptions import TorchXCostApprovalError, TorchXCostLimitError
+from torchx_airflow.policies.cost.approval import ASKED_KEY, app_fingerprint
 from torchx_airflow.policies.cost.policy import CostPolicy
 from torchx_airflow.run.execution import RESUBMITTED
 from torchx_airflow.settings.connection import TorchXConnectionSettings
@@ -43,13 +45,26 @@ def asked(monkeypatch) -> list[dict[str, Any]]:
     return requests
 
 
-def _run(timeout_s: float | None = 60.0, answer: dict | None = None) -> FakeRun:
+def _asked(run: FakeRun, estimate: float = 8.0) -> dict[str, Any]:
+    """What the parked task kept: the request for ``run``'s app at ``estimate``."""
+    fingerprint = app_fingerprint(run.app, "slurm")
+    return {"estimate": estimate, "max_cost": 5.0, "currency": "USD", "app_fingerprint": fingerprint}
+
+
+def _run(
+    timeout_s: float | None = 60.0, answer: dict | None = None, asked: dict | None | bool = True
+) -> FakeRun:
+    """A run resumed with ``answer`` and, by default, the request for its own app (``asked``)."""
     hook = FakeSchedulerHook([])
     settings = TorchXConnectionSettings(scheduler="slurm", prices=PriceTable(cpu_hour=1.0))
     hook.settings = replace(settings, cost_approval_timeout=timeout_s)
     run = FakeRun(hook)
     run.context = {"ti": SimpleNamespace(id="ti-1")}
-    run.resumed_with = answer
+    run.resumed_with = None
+    if answer is not None:
+        run.resumed_with = {"event": answer}
+        if asked:
+            run.resumed_with[ASKED_KEY] = _asked(run) if asked is True else asked
     return run
 
 
@@ -62,10 +77,13 @@ def test_over_max_cost_asks_an_approver_and_waits(asked):
     with pytest.raises(TaskAwaitingInput) as waiting:
         _over_budget(run)
     assert (waiting.value.method_name, waiting.value.timeout) == ("execute", datetime.timedelta(seconds=60))
+    # the parked task keeps what it asked: Airflow resumes it with that beside the answer
+    assert waiting.value.kwargs == {ASKED_KEY: _asked(run)}
     (request,) = asked
     assert (request["options"], request["defaults"]) == (["Approve", "Reject"], ["Reject"])
     assert "estimated 8.0000 USD, over max_cost 5 USD" in request["subject"]
     assert "requested 8 CPU" in request["body"] and "no answer within 60 s" in request["body"]
+    assert f"**App fingerprint**: `{_asked(run)['app_fingerprint']}`" in request["body"]
     assert "cost_approval" not in run.result_fields
 
 
@@ -78,8 +96,61 @@ def test_an_approval_lets_the_submission_go_on_and_is_recorded(asked):
         "estimate": 8.0,
         "max_cost": 5.0,
         "currency": "USD",
+        "app_fingerprint": app_fingerprint(run.app, "slurm"),
     }
     assert asked == []
+
+
+def _bigger(run: FakeRun) -> None:
+    """The app changes between the question and the answer: one more replica (a template rendered
+    otherwise when the task resumed)."""
+    role = run.app.roles[0]
+    bigger = Role(role.name, role.image, resource=role.resource, num_replicas=3)
+    run.app = AppDef(run.app.name, roles=[bigger])
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (_bigger, "the app changed since (approved sha256:"),
+        (lambda run: run.resumed_with[ASKED_KEY].update(estimate=6.5), "estimate 6.5 -> 8.0"),
+        (lambda run: run.resumed_with.pop(ASKED_KEY), "the answer does not say which estimate and app"),
+    ],
+)
+def test_an_approval_of_another_estimate_or_app_submits_nothing(asked, change, reason):
+    run = _run(answer=_answer(["Approve"], ADMIN))
+    change(run)
+    with pytest.raises(TorchXCostApprovalError) as err:
+        CostPolicy(max_cost=5.0, expected_duration=3600.0).before_submit(run, run.app)
+    assert "admin (id 7) approved it at 2026-11-26T01:00:00+00:00, but " in str(err.value)
+    assert reason in str(err.value) and "clear the task to ask again" in str(err.value)
+    assert "cost_approval" not in run.result_fields and asked == []
+
+
+class _Overlay:
+    """An object an app may carry in its metadata, with no repr of its own (copied as itself, as a
+    client object is: each process's has its own address)."""
+
+    def __deepcopy__(self, memo: dict) -> _Overlay:
+        return self
+
+
+def test_the_fingerprint_is_of_the_whole_app_with_secrets_masked():
+    def app(replicas: int = 1, lr: str = "0.1", token: str = "s3cr3t-Token") -> AppDef:
+        env = {"LR": lr, "HF_TOKEN": token}
+        return AppDef("a", roles=[Role("r", "img", args=["x"], env=env, num_replicas=replicas)])
+
+    assert app_fingerprint(app(), "slurm") == app_fingerprint(app(), "slurm")  # stable across builds
+    with_objects = [app() for _ in range(2)]
+    for built in with_objects:  # an object without a repr of its own: its address is not content
+        built.roles[0].metadata["overlay"] = _Overlay()
+    assert len({app_fingerprint(built, "slurm") for built in with_objects}) == 1
+    assert app_fingerprint(app(), "slurm").startswith("sha256:")
+    for other in (app(replicas=2), app(lr="0.2")):
+        assert app_fingerprint(other, "slurm") != app_fingerprint(app(), "slurm")
+    assert app_fingerprint(app(), "local_cwd") != app_fingerprint(app(), "slurm")
+    # a secret's value is not hashed (the fingerprint is shown to approvers)
+    assert app_fingerprint(app(token="other-Token1"), "slurm") == app_fingerprint(app(), "slurm")
 
 
 @pytest.mark.parametrize(
