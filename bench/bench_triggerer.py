@@ -4,8 +4,11 @@ the bench (``scripts/slurm/cluster.sh up --private``; the shared one is never lo
 
 Shared polling (one batched ``sacct`` per interval for every trigger of a process) against the
 baseline of per-trigger polling (each trigger its own hook and status query per interval, as the
-trigger did before), alternated: shared, per-trigger, shared; medians. Scheduler queries are
-counted at the command level by shims first on PATH.
+trigger did before), alternated: shared, per-trigger, shared; medians. Each run is a Python
+process of its own, as a triggerer is: its CPU (``getrusage``: its threads, and its children, which
+are only its query commands) is the waits' alone, not that of whatever ran before in the bench's
+process (other modules' threads, children reaped late). Scheduler queries are counted at the
+command level by shims first on PATH.
 
 The outage: ``slurmctld`` and ``slurmdbd`` of that cluster stopped for ``BENCH_OUTAGE`` seconds under
 the N waits; the waits that end before the controller is back and one more poll, against today's
@@ -38,6 +41,11 @@ from bench.common import figure
 
 CONN_ID = "torchx_bench_slurm"
 QUERY_COMMANDS = ("sacct", "squeue", "scontrol")
+#: Per-trigger polling's CPU per query is measured on this many waits: few enough that it polls each
+#: of them every interval, every wait's hook built in the interval before the measured ones. With
+#: thousands its query threads cannot keep up (a few dozen queries per interval), and nearly every
+#: query in the window is a wait's first, which builds its hook (about 20 ms, six times a later one).
+STEADY_WAITS = 50
 # Airflow's triggerer warns when its watchdog's 0.1 s sleep takes over 0.2 s
 # ([triggerer] blocked_main_thread_warning_threshold): 0.1 s late
 LATE_WARNING = 0.1
@@ -115,6 +123,9 @@ class FullCollections:
             self._started = None
 
 
+_ANSWERS = [0]  # status answers the per-trigger waits got (one per query)
+
+
 async def _per_trigger_wait(handle: str, interval: float) -> None:
     """The baseline: what one trigger did before shared polling (its own hook, its own query)."""
     from torchx_airflow.hooks.torchx import TorchXHook
@@ -123,6 +134,7 @@ async def _per_trigger_wait(handle: str, interval: float) -> None:
     try:
         while True:
             await asyncio.to_thread(hook.status, handle)
+            _ANSWERS[0] += 1
             await asyncio.sleep(interval)
     finally:
         await asyncio.to_thread(hook.close)
@@ -174,12 +186,77 @@ async def _outage(mode: str, handles: list[str], interval: float, outage: float,
     return ended if mode == "ours" else ended * len(handles)  # today: one give-up ends every wait
 
 
+def _answers(mode: str, waits: int) -> int:
+    """Status answers the waits got so far: per-trigger, one per query; shared, every wait one per poll."""
+    if mode == "per_trigger":
+        return _ANSWERS[0]
+    from torchx_airflow.triggers.poller import _POLLERS
+
+    return waits * sum(p.rounds for p in _POLLERS.get(asyncio.get_running_loop(), {}).values())
+
+
+def _measure_in_process(
+    mode: str, handles: list[str], interval: float, rounds: int, root: Path, trace: bool = False
+) -> dict[str, float]:
+    """``_measure`` in a Python process of its own (a triggerer's), started from this one."""
+    name = f"{mode}-{len(handles)}"
+    spec = root / f"run-{name}.json"
+    spec.write_text(
+        json.dumps(
+            {
+                "mode": mode,
+                "handles": handles,
+                "interval": interval,
+                "rounds": rounds,
+                "root": str(root),
+                "trace": trace,
+            }
+        )
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.bench_triggerer", "--measure", str(spec)],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=interval * (rounds + 4) + 300,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"the {mode} run failed (exit code {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return json.loads((root / f"result-{name}.json").read_text())
+
+
+def _measure_main(spec_path: str) -> None:
+    """The process of one run: ``_measure`` of the spec's waits, its figures next to the spec."""
+    spec = json.loads(Path(spec_path).read_text())
+    root = Path(spec["root"])
+    _warm(spec["handles"][0])
+    figures = asyncio.run(
+        _measure(spec["mode"], spec["handles"], spec["interval"], spec["rounds"], root, spec["trace"])
+    )
+    (root / f"result-{spec['mode']}-{len(spec['handles'])}.json").write_text(json.dumps(figures))
+
+
+def _warm(handle: str) -> None:
+    """What a wait imports and builds once per process, done before the run, as in a triggerer that
+    has been running: the heap figures are then the waits', not the modules'."""
+    from torchx_airflow.hooks.torchx import TorchXHook
+    from torchx_airflow.run import kills  # noqa: F401  (a trigger that may cancel its app asks it)
+    from torchx_airflow.triggers import poller, torchx  # noqa: F401
+
+    hook = TorchXHook(CONN_ID)
+    try:
+        hook.status(handle)
+    finally:
+        hook.close()
+
+
 async def _measure(
     mode: str, handles: list[str], interval: float, rounds: int, root: Path, trace: bool = False
 ) -> dict[str, float]:
     """One run: all waits started, one interval to settle (hooks made, first queries), then
     ``rounds`` intervals measured. ``trace`` measures the Python heap (tracemalloc slows the loop, so
-    lateness and CPU come from the runs without it)."""
+    lateness and CPU come from the runs without it). Run in a process of its own
+    (``_measure_in_process``): the CPU figures are the whole process's."""
     from torchx_airflow.triggers import heap
 
     waiter = _per_trigger_wait if mode == "per_trigger" else _shared_wait
@@ -191,11 +268,14 @@ async def _measure(
     stop = asyncio.Event()
     probe = asyncio.ensure_future(_lateness_probe(stop))
     before_calls = _calls(root)
-    cpu0 = _cpu()
+    answers0 = _answers(mode, len(handles))
+    own0, commands0 = _cpu()
     with FullCollections() as collections:
         await asyncio.sleep(interval * rounds)
     memory = tracemalloc.get_traced_memory()[0] if trace else 0
-    cpu = _cpu() - cpu0
+    own1, commands1 = _cpu()
+    answers = max(1, _answers(mode, len(handles)) - answers0)
+    own, commands = own1 - own0, commands1 - commands0
     calls = _calls(root) - before_calls
     stop.set()
     lateness = await probe
@@ -218,15 +298,20 @@ async def _measure(
         "full_gc_wall": full_gc[0],
         "full_gc_cpu": full_gc[1],
         "full_gc_per_interval": len(collections.pauses) / rounds,
-        "cpu_per_wait_interval": cpu / (len(handles) * rounds),
+        "cpu_per_wait_interval": (own + commands) / (len(handles) * rounds),
+        "cpu_per_answer": (own + commands) / answers,
+        "cpu_commands_share": commands / (own + commands) if own + commands else 0.0,
+        "answers_per_interval": answers / rounds,
         "memory_per_wait": memory / len(handles),
     }
 
 
-def _cpu() -> float:
+def _cpu() -> tuple[float, float]:
+    """CPU seconds of this process (every thread) and of its ended children (its query commands:
+    a run's process starts no others)."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
 
 
 def run() -> list[dict[str, Any]]:
@@ -253,9 +338,13 @@ def run() -> list[dict[str, Any]]:
             memory: dict[str, float] = {}
             results["unfrozen"] = []
             for mode in ("shared", "per_trigger", "unfrozen", "shared"):
-                results[mode].append(asyncio.run(_measure(mode, handles, interval, rounds, root)))
+                results[mode].append(_measure_in_process(mode, handles, interval, rounds, root))
+            steady = handles[:STEADY_WAITS]
+            results["per_trigger_steady"] = [
+                _measure_in_process("per_trigger", steady, interval, rounds, root)
+            ]
             for mode in ("shared", "per_trigger"):
-                traced = asyncio.run(_measure(mode, handles, interval, 1, root, trace=True))
+                traced = _measure_in_process(mode, handles, interval, 1, root, trace=True)
                 memory[mode] = traced["memory_per_wait"]
             ended = {
                 mode: asyncio.run(_outage(mode, handles, interval, outage, cluster))
@@ -285,7 +374,8 @@ def run() -> list[dict[str, Any]]:
             med("per_trigger", "queries_per_interval"),
             "queries",
             lambda _r: med("shared", "queries_per_interval") <= 2,
-            note,
+            f"per-trigger polling asks for {waits} (one per wait) and gets through "
+            f"{med('per_trigger', 'queries_per_interval'):.0f}: its query threads cannot keep up; {note}",
         ),
         figure(
             f"triggerer event-loop lateness (p99), {waits} waits",
@@ -319,14 +409,25 @@ def run() -> list[dict[str, Any]]:
             f"that found them (triggers/heap.py); {note}",
         ),
         figure(
-            "triggerer CPU per wait and interval (incl. query commands)",
-            "per-trigger polling",
+            "triggerer CPU per wait and poll (incl. query commands)",
+            f"per-trigger polling, on {len(steady)} waits",
             "<= 1/20",
-            med("shared", "cpu_per_wait_interval"),
-            med("per_trigger", "cpu_per_wait_interval"),
+            med("shared", "cpu_per_answer"),
+            med("per_trigger_steady", "cpu_per_answer"),
             "CPU-s",
             lambda ratio: ratio <= 0.05,
-            note,
+            "CPU of the triggerer's process (each run a process of its own: its threads, and its "
+            "children, which are only its sacct/squeue/scontrol commands) over the status answers its "
+            f"waits got: the waits times the polls ({med('shared', 'answers_per_interval') / waits:.2f} "
+            "polls per interval: a poll's query comes on top of the interval); per-trigger, one per query. "
+            f"Per-trigger polling on {len(steady)} waits answers each every interval, its hooks built: "
+            f"{med('per_trigger_steady', 'answers_per_interval'):.0f} answers per interval. On {waits} "
+            f"it got {med('per_trigger', 'answers_per_interval'):.0f} per interval, nearly all a wait's "
+            f"first (its hook built): {med('per_trigger', 'cpu_per_answer'):.6f} CPU-s each, "
+            f"{med('per_trigger', 'cpu_per_wait_interval'):.6f} per wait and interval for that fraction of "
+            "the work. Query commands: "
+            f"{med('shared', 'cpu_commands_share'):.0%} of the shared waits' CPU, "
+            f"{med('per_trigger_steady', 'cpu_commands_share'):.0%} of per-trigger polling's; {note}",
         ),
         figure(
             "triggerer memory per wait (Python heap, tracemalloc)",
@@ -353,5 +454,8 @@ def run() -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    for row in run():
-        print(row)
+    if sys.argv[1:2] == ["--measure"]:
+        _measure_main(sys.argv[2])
+    else:
+        for row in run():
+            print(row)
