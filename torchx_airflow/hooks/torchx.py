@@ -29,6 +29,7 @@ from torchx_airflow_tracker.compat import cached_property
 
 from torchx_airflow.apps import AppHandle
 from torchx_airflow.exceptions import TorchXConfigError, TorchXConnectionError
+from torchx_airflow.hooks import TORCHX_DEFAULT_CONN_ID
 from torchx_airflow.settings.connection import CONN_EXAMPLE, TorchXConnectionSettings
 from torchx_airflow.settings.resolve import resolve
 
@@ -131,7 +132,7 @@ class TorchXHook(BaseHook):
     """
 
     conn_name_attr = "torchx_conn_id"
-    default_conn_name = "torchx_default"
+    default_conn_name = TORCHX_DEFAULT_CONN_ID
     conn_type = "torchx"
     hook_name = "TorchX"
 
