@@ -26,6 +26,36 @@ def test_importing_operators_loads_no_scheduler_or_backend_library():
     assert heavy == []
 
 
+# What a task needs when it runs, not when the DAG file that defines it is parsed: the hook with the
+# connection settings and scheduler layer it brings, the app builder, OpenLineage's helpers.
+RUN_TIME_ONLY = (
+    "torchx_airflow.hooks.torchx",
+    "torchx_airflow.settings.connection",
+    "torchx_airflow.schedulers",
+    "torchx_airflow.apps",
+    "torchx_airflow.lineage.openlineage",
+    "torchx_airflow.run.lifecycle",
+    "torchx_airflow.tracking",
+)
+
+
+def test_a_dag_file_loads_none_of_the_providers_run_time_modules():
+    code = (
+        "import json, sys\n"
+        "from airflow.sdk import task\n"
+        "from torchx_airflow.operators.torchx import TorchXDryRunOperator, TorchXOperator\n"
+        "from torchx_airflow.sensors.torchx import TorchXAppSensor\n"
+        "import torchx_airflow.decorators.torchx\n"
+        "task.torchx\n"
+        "TorchXOperator(task_id='t', component='utils.echo', component_args=['--msg', 'hi'])\n"
+        "TorchXAppSensor(task_id='s', app_handle='slurm://torchx/1')\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    modules = json.loads(out.strip().splitlines()[-1])
+    assert [m for m in modules if m.startswith(RUN_TIME_ONLY)] == []
+
+
 def test_provider_info_lists_every_class_and_they_import():
     import importlib
 

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import os
 import re
 import signal
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
@@ -27,6 +29,7 @@ from torchx_airflow_tracker.compat import cached_property
 
 from torchx_airflow.apps import AppHandle
 from torchx_airflow.exceptions import TorchXConfigError, TorchXConnectionError
+from torchx_airflow.hooks import TORCHX_DEFAULT_CONN_ID
 from torchx_airflow.settings.connection import CONN_EXAMPLE, TorchXConnectionSettings
 from torchx_airflow.settings.resolve import resolve
 
@@ -97,6 +100,16 @@ def _tracker_environ(trackers: str | None = None) -> Iterator[None]:
         os.environ.update(saved)
 
 
+@functools.cache
+def _scheduler_factories() -> Mapping[str, Any]:
+    """TorchX's scheduler factories, read once per process: reading them scans the entry points of
+    every installed distribution (about 10 ms here), and a dry run and a submission each needed them
+    twice (the runner, the scheduler check). Entry points do not change while a task runs."""
+    from torchx.schedulers import get_scheduler_factories
+
+    return MappingProxyType(get_scheduler_factories())
+
+
 def _app_trackers(app: AppDef) -> str | None:
     names = {role.env.get("TORCHX_TRACKERS") for role in app.roles}
     return names.pop() if len(names) == 1 else None
@@ -119,7 +132,7 @@ class TorchXHook(BaseHook):
     """
 
     conn_name_attr = "torchx_conn_id"
-    default_conn_name = "torchx_default"
+    default_conn_name = TORCHX_DEFAULT_CONN_ID
     conn_type = "torchx"
     hook_name = "TorchX"
 
@@ -169,21 +182,19 @@ class TorchXHook(BaseHook):
 
     @cached_property
     def runner(self) -> Runner:
-        """The TorchX ``Runner``, created on first use; ``close()`` releases it."""
-        from torchx.runner import get_runner
+        """The TorchX ``Runner``, created on first use; ``close()`` releases it.
+
+        What ``torchx.runner.get_runner()`` makes, with the scheduler factories read once per process.
+        """
+        from torchx.runner import Runner
 
         with _keep_signal_handlers():
-            return get_runner()
+            return Runner("torchx", dict(_scheduler_factories()))
 
-    @cached_property
+    @property
     def scheduler_names(self) -> list[str]:
-        """The schedulers TorchX knows here (builtins and ``torchx.schedulers`` entry points).
-
-        Read once per hook: status polls check the handle's scheduler without reloading entry points.
-        """
-        from torchx.schedulers import get_scheduler_factories
-
-        return list(get_scheduler_factories())
+        """The schedulers TorchX knows here (builtins and ``torchx.schedulers`` entry points)."""
+        return list(_scheduler_factories())
 
     def check_scheduler(self, scheduler: str) -> str:
         """Return ``scheduler`` if TorchX knows it, else raise ``TorchXConfigError`` listing them."""

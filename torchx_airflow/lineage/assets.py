@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, AssetAlias
 
-from torchx_airflow.apps import SUCCEEDED
 from torchx_airflow.exceptions import TorchXInputError
 from torchx_airflow.secrets import strip_userinfo
 
@@ -98,6 +97,8 @@ def emit_asset_events(
     context: Context, artifact_assets: Mapping[str, Asset | AssetAlias], result: Mapping[str, Any]
 ) -> None:
     """Put the run of a SUCCEEDED app on the asset events of the mapped outlets."""
+    from torchx_airflow.apps import SUCCEEDED  # at run time: DAG files import this module
+
     if not artifact_assets or result.get("state") != SUCCEEDED:
         return
     artifacts = result.get("artifacts") or {}

@@ -2,7 +2,8 @@
 
 Also what every TorchX operator shares: its parameters and templating, the job env it adds (tracker
 env, OpenLineage parent) to the app ``apps.build_task_app`` builds, and the dry run itself.
-Importing this module imports no TorchX scheduler, MLflow, s3fs or docker module.
+Importing this module imports no TorchX scheduler, MLflow, s3fs or docker module, nor the hook, the
+app builder or the OpenLineage helpers: a DAG file pays for them only when a task runs.
 """
 
 from __future__ import annotations
@@ -14,17 +15,15 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from torchx_airflow_tracker.compat import cached_property
 
-from torchx_airflow.apps import build_task_app, mapping_param, summarize_dryrun
 from torchx_airflow.exceptions import TorchXComponentError, TorchXConfigError
-from torchx_airflow.hooks.torchx import TorchXHook
-from torchx_airflow.lineage.openlineage import parent_run_env
+from torchx_airflow.hooks import TORCHX_DEFAULT_CONN_ID
 
 if TYPE_CHECKING:
     import jinja2
     from airflow.sdk import Context
     from torchx.specs import AppDef
 
-    from torchx_airflow.hooks.torchx import TorchXDryRun
+    from torchx_airflow.hooks.torchx import TorchXDryRun, TorchXHook
     from torchx_airflow.lineage.stores import TrackerSet
 
 
@@ -79,7 +78,7 @@ class TorchXDryRunOperator(BaseOperator):
         scheduler: str | None = None,
         cfg: Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
-        torchx_conn_id: str = TorchXHook.default_conn_name,
+        torchx_conn_id: str = TORCHX_DEFAULT_CONN_ID,
         tracker_conn_ids: str | Sequence[str] | None = None,
         app_name: str | None = None,
         **kwargs: Any,
@@ -105,6 +104,9 @@ class TorchXDryRunOperator(BaseOperator):
     @cached_property
     def hook(self) -> TorchXHook:
         """The hook for this task's connection, with the task's scheduler and cfg overrides."""
+        from torchx_airflow.apps import mapping_param
+        from torchx_airflow.hooks.torchx import TorchXHook
+
         cfg = mapping_param(self.task_id, "cfg", self.cfg)
         return TorchXHook(self.torchx_conn_id, scheduler=self.scheduler or None, cfg=cfg)
 
@@ -141,6 +143,9 @@ class TorchXDryRunOperator(BaseOperator):
 
     def build_app(self) -> AppDef:
         """The ``AppDef`` to run: the component or a copy of ``app``, plus ``env`` and the tracker env."""
+        from torchx_airflow.apps import mapping_param
+        from torchx_airflow.lineage.openlineage import parent_run_env
+
         env = mapping_param(self.task_id, "env", self.env)
         tracker_env = self.trackers.job_env()
         clash = sorted(str(k) for k in env if str(k).startswith("TORCHX_TRACKER") and tracker_env)
@@ -164,6 +169,8 @@ class TorchXDryRunOperator(BaseOperator):
 
     def build_app_with(self, extra_env: dict[str, str]) -> AppDef:
         """The task's app with ``extra_env`` under its own ``env`` (``apps.build_task_app``)."""
+        from torchx_airflow.apps import build_task_app
+
         return build_task_app(self.task_id, **self.app_parts(), extra_env=extra_env)
 
     def dryrun(self, app: AppDef, resubmits: bool = False) -> tuple[TorchXDryRun, dict[str, Any]]:
@@ -171,6 +178,8 @@ class TorchXDryRunOperator(BaseOperator):
 
         ``resubmits``: the task resubmits a job the infrastructure ends (``TorchXHook.dryrun``).
         """
+        from torchx_airflow.apps import summarize_dryrun
+
         scheduler = self.hook.scheduler
         cfg = self.hook.resolve_cfg(scheduler, self.hook.cfg)
         secrets = self.trackers.secret_env_names()

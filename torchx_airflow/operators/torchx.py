@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import ResumableJobMixin
 from airflow.sdk.configuration import conf
 
-from torchx_airflow.apps import SUCCEEDED, role_replicas
 from torchx_airflow.lineage.assets import check_artifact_assets
 from torchx_airflow.lineage.keys import XCOM_APP_HANDLE
 from torchx_airflow.links.torchx import TorchXAppLink, TorchXTrackerLink
@@ -219,7 +218,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         return status in _ACTIVE_STATES
 
     def is_job_succeeded(self, status: str) -> bool:
-        return status == SUCCEEDED
+        return status == "SUCCEEDED"
 
     # ResumableJobMixin.execute returns this method's value on a reattach, though it declares None
     def poll_until_complete(self, external_id: Any, context: Context) -> dict[str, Any]:  # type: ignore[override]
@@ -247,6 +246,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         return self._lifecycle(context).job_result(str(external_id))
 
     def _defer(self, app_handle: str, context: Context) -> None:
+        from torchx_airflow.apps import role_replicas
         from torchx_airflow.triggers.torchx import TorchXAppTrigger
 
         run = self._lifecycle(context).run

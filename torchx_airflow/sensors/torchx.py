@@ -1,4 +1,8 @@
-"""TorchXAppSensor: wait on an app handle, typically pushed by an upstream TorchXOperator."""
+"""TorchXAppSensor: wait on an app handle, typically pushed by an upstream TorchXOperator.
+
+The hook and the app helpers (``apps``) are imported where the sensor runs: a DAG file that imports
+this module loads neither.
+"""
 
 from __future__ import annotations
 
@@ -11,15 +15,16 @@ from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from torchx_airflow_tracker.compat import cached_property
 
-from torchx_airflow.apps import SUCCEEDED, check_app_handle, scheduler_of, summarize_status
 from torchx_airflow.exceptions import (
     TorchXAppNotFoundError,
     TorchXAppTerminalError,
 )
-from torchx_airflow.hooks.torchx import TorchXHook
+from torchx_airflow.hooks import TORCHX_DEFAULT_CONN_ID
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from torchx_airflow.hooks.torchx import TorchXHook
 
 
 class TorchXAppSensor(BaseSensorOperator):
@@ -64,7 +69,7 @@ class TorchXAppSensor(BaseSensorOperator):
         self,
         *,
         app_handle: str,
-        torchx_conn_id: str = TorchXHook.default_conn_name,
+        torchx_conn_id: str = TORCHX_DEFAULT_CONN_ID,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         outage_timeout: float | None = None,
         **kwargs: Any,
@@ -86,6 +91,7 @@ class TorchXAppSensor(BaseSensorOperator):
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return super().execute(context)
+        from torchx_airflow.apps import check_app_handle, scheduler_of
         from torchx_airflow.triggers.torchx import TorchXAppTrigger
 
         app_handle = check_app_handle(self.app_handle)
@@ -116,6 +122,7 @@ class TorchXAppSensor(BaseSensorOperator):
         """Resume after the trigger's event: succeed on SUCCEEDED, fail (or skip with soft_fail) otherwise."""
         from airflow.sdk.exceptions import AirflowSensorTimeout
 
+        from torchx_airflow.apps import SUCCEEDED
         from torchx_airflow.triggers.torchx import read_event
 
         kind, app_handle, result = read_event(event)
@@ -130,11 +137,15 @@ class TorchXAppSensor(BaseSensorOperator):
     @cached_property
     def hook(self) -> TorchXHook:
         """The hook the sensor asks for the app's status."""
+        from torchx_airflow.hooks.torchx import TorchXHook
+
         return TorchXHook(self.torchx_conn_id)
 
     def poke(self, context: Context) -> PokeReturnValue:
-        app_handle = check_app_handle(self.app_handle)
+        from torchx_airflow.apps import SUCCEEDED, check_app_handle, scheduler_of, summarize_status
         from torchx_airflow.retry import StatusOutage, call_status
+
+        app_handle = check_app_handle(self.app_handle)
 
         if self._outage is None or self._outage.what != f"Status of {app_handle}":
             # one per sensor execution: in poke mode the budget spans pokes, from the last good answer

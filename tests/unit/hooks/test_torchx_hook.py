@@ -183,3 +183,25 @@ def test_dry_run_summary_describes_what_torchx_submits():
     (role,) = summary["roles"]
     assert {"SERVICE_API_KEY", "TORCHX_JOB_ID"} <= set(role["env_names"])
     assert "summary-secret-4411" not in summary["request"]
+
+
+def test_scheduler_entry_points_are_read_once_per_process(monkeypatch):
+    """Reading TorchX's scheduler factories scans every installed distribution's entry points: a
+    task's dry run and submission (runner, scheduler check, a second hook) read them once."""
+    import torchx.schedulers
+
+    from torchx_airflow.hooks import torchx as hook_module
+
+    reads = []
+    real = torchx.schedulers.get_scheduler_factories
+    monkeypatch.setattr(torchx.schedulers, "get_scheduler_factories", lambda: reads.append(1) or real())
+    hook_module._scheduler_factories.cache_clear()
+    try:
+        for _ in range(2):
+            hook = TorchXHook(scheduler="local_cwd")
+            hook.resolve_cfg(hook.check_scheduler("local_cwd"), {})
+            assert "local_cwd" in hook.runner.scheduler_backends()
+            hook.close()
+    finally:
+        hook_module._scheduler_factories.cache_clear()
+    assert len(reads) == 1
