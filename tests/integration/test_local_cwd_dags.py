@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -91,13 +90,13 @@ def test_unknown_component_fails_before_submission(run_dag):
 
 
 def test_sensor_fails_fast_on_unknown_handle(run_dag):
-    started = time.monotonic()
     result = run_dag("tx_sensor_unknown")
 
     assert result.states == {"wait": "failed"}
     assert "'local_cwd://torchx/never-launched-123' is unknown to its scheduler" in result.output
     assert "only visible from the process that launched them" in result.output
-    assert time.monotonic() - started < 60  # failed at the first poke, not at the 60 s timeout
+    # failed at the first poke (poke_interval 1 s), not by the sensor's 60 s timeout
+    assert "AirflowSensorTimeout" not in result.output and "Sensor has timed out" not in result.output
 
 
 def _alive(pid: int) -> bool:
@@ -124,10 +123,9 @@ def test_killing_the_task_cancels_the_job(airflow_db, tmp_path):
         job_pid = int(pid_file.read_text())
         assert _alive(job_pid)
 
-        killed_at = time.monotonic()
         proc.send_signal(signal.SIGTERM)  # what Airflow sends a task it kills
-        wait_until(lambda: not _alive(job_pid), "the job gone after the kill", 10, interval=0.2)
-        assert time.monotonic() - killed_at < 10
+        # gone within Airflow's grace before it SIGKILLs a killed task (killed_task_cleanup_time, 60 s)
+        wait_until(lambda: not _alive(job_pid), "the job gone after the kill", 60, interval=0.2)
         output, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
