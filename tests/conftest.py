@@ -98,6 +98,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(marker)
         if directory in STACK_DIRECTORIES:
             _add_stack_start_time(config, item)
+    from tests.scheduling import order_items
+
+    order_items(items)  # the longest files first (tests/scheduling.py)
 
 
 def _add_stack_start_time(config: pytest.Config, item: pytest.Item) -> None:

@@ -4,7 +4,8 @@ xdist's own order is the number of tests per file, largest first: the files that
 stack or wait on Slurm hold one or two long tests, so they all came last and ran together at the
 end, a long tail with several stacks alive at once. Here the longest files go first (each file's
 seconds in the last full run, tests/durations.json; a file not in it is estimated from what it
-starts), so the short files fill the gaps at the end.
+starts), so the short files fill the gaps at the end. Every worker sorts its collection so
+(``order_items``, from tests/conftest.py); the scheduler hands the units out in that order.
 
 A package listed in ``ONE_WORKER_PACKAGES`` is one unit of work: its files share a package-scoped
 service (tests/e2e/pipeline shares one stack of `make up`), started once and stopped after them.
@@ -44,42 +45,41 @@ def scope_of(nodeid: str) -> str:
     return next((package for package in ONE_WORKER_PACKAGES if path.startswith(package)), path)
 
 
-def estimate(path: str, tests: int, known: dict[str, float]) -> float:
-    """Seconds a file is expected to take: the table's figure, else a guess from its text."""
+def estimate(path: str, tests: int, known: dict[str, float], root: Path = TESTS.parent) -> float:
+    """Seconds a file (``path`` under ``root``) is expected to take: the table's figure, else a guess
+    from its text."""
     if path in known:
         return known[path]
     try:
-        text = (TESTS.parent / path).read_text()
+        text = (root / path).read_text()
     except OSError:
         return float(tests)
     return tests + sum(cost * min(text.count(marker), 5) for marker, cost in _STARTS.items())
 
 
+def order_items(items: list[pytest.Item]) -> None:
+    """Sort ``items`` in place: the heaviest unit of work (``scope_of``) first, each unit's tests
+    together in their collected order. Every xdist worker collects and sorts alike, so the controller
+    receives the same ordered list from each (xdist sends workers indexes into it)."""
+    known = _load_durations()
+    tests: dict[str, int] = defaultdict(int)
+    files: dict[str, set[str]] = defaultdict(set)
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        tests[path] += 1
+        files[scope_of(item.nodeid)].add(path)
+    root = items[0].config.rootpath if items else TESTS.parent
+    weight = {scope: sum(estimate(p, tests[p], known, root) for p in paths) for scope, paths in files.items()}
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (-weight[scope_of(item.nodeid)], scope_of(item.nodeid), order[id(item)]))
+
+
 class LongestFirst(LoadFileScheduling):
-    """``loadfile``, with ``ONE_WORKER_PACKAGES`` as units and the longest units handed out first."""
+    """``loadfile`` with ``ONE_WORKER_PACKAGES`` as units, handed out in the collected order (which
+    ``order_items`` made longest first), not re-sorted by number of tests."""
 
     def _split_scope(self, nodeid: str) -> str:
         return scope_of(nodeid)
-
-    def schedule(self) -> None:
-        if self.collection is None and self.collection_is_completed:
-            collection = next(iter(self.registered_collections.values()))
-            known = _load_durations()
-            tests: dict[str, int] = defaultdict(int)
-            files: dict[str, set[str]] = defaultdict(set)
-            for nodeid in collection:
-                tests[nodeid.split("::", 1)[0]] += 1
-                files[scope_of(nodeid)].add(nodeid.split("::", 1)[0])
-            weight = {
-                scope: sum(estimate(path, tests[path], known) for path in paths)
-                for scope, paths in files.items()
-            }
-            order = {nodeid: i for i, nodeid in enumerate(collection)}
-            ordered = sorted(collection, key=lambda n: (-weight[scope_of(n)], scope_of(n), order[n]))
-            for node in self.registered_collections:  # every worker collected the same list
-                self.registered_collections[node] = ordered
-            self.config.option.loadscopereorder = False  # keep this order
-        super().schedule()
 
 
 def _load_durations() -> dict[str, float]:
@@ -93,6 +93,7 @@ def _load_durations() -> dict[str, float]:
 def make_scheduler(config: pytest.Config, log: object) -> LongestFirst | None:
     if config.getoption("dist", None) != "loadfile":
         return None
+    config.option.loadscopereorder = False  # keep the collected (longest-first) order
     return LongestFirst(config, log)
 
 

@@ -3,9 +3,16 @@ of seconds per file read back from a JUnit report."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 from tests.scheduling import _load_durations, durations_from_junit, estimate, scope_of
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_pipeline_package_is_one_unit_and_other_files_their_own():
@@ -40,6 +47,54 @@ def test_durations_sum_each_files_cases_from_a_junit_report(tmp_path: Path):
 
 
 def test_the_checked_in_table_names_existing_files():
-    repo = Path(__file__).resolve().parents[2]
     table = _load_durations()
-    assert all((repo / path).is_file() for path in table), [p for p in table if not (repo / p).is_file()]
+    assert all((REPO / path).is_file() for path in table), [p for p in table if not (REPO / p).is_file()]
+
+
+def test_under_xdist_each_file_runs_on_one_worker_the_heaviest_first(tmp_path: Path):
+    """A real ``pytest -n 2 --dist loadfile`` over files of 5, 2 and 1 tests with this schedule: every
+    file's tests on one worker, in their order, and the 1-test file handed out first, as it names
+    ``run_dag(`` (a DAG run: estimated heavier than 5 quick tests), where xdist's own order is the
+    most tests first and the collected order is alphabetical."""
+    (tmp_path / "conftest.py").write_text(
+        textwrap.dedent(
+            """
+            from tests.scheduling import make_scheduler, order_items
+
+            def pytest_xdist_make_scheduler(config, log):
+                return make_scheduler(config, log)
+
+            def pytest_collection_modifyitems(config, items):
+                order_items(items)
+            """
+        )
+    )
+    record = tmp_path / "ran.jsonl"
+    body = (
+        "import json, os\n"
+        "def _ran(name):\n"
+        f"    with open({str(record)!r}, 'a') as f:\n"
+        "        f.write(json.dumps([os.environ['PYTEST_XDIST_WORKER'], __name__, name]) + '\\n')\n"
+    )
+    for name, count in (("test_a", 5), ("test_b", 2), ("test_z", 1)):
+        tests = "".join(f"def test_{i}():\n    _ran({i})\n" for i in range(count))
+        heavy = "# as if it ran a DAG: run_dag(\n" if name == "test_z" else ""
+        (tmp_path / f"{name}.py").write_text(body + heavy + tests)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadfile", "-p", "no:cacheprovider", "-q"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ran = [json.loads(line) for line in record.read_text().splitlines()]
+    workers: dict[str, set[str]] = {}
+    for worker, module, _ in ran:
+        workers.setdefault(module, set()).add(worker)
+    assert len(ran) == 8 and all(len(w) == 1 for w in workers.values()), ran
+    for module in workers:
+        assert [i for _, m, i in ran if m == module] == sorted(i for _, m, i in ran if m == module), ran
+    assert next(m for w, m, _ in ran if w in workers["test_z"]) == "test_z", ran
