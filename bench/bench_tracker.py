@@ -235,8 +235,7 @@ def _mlflow_figures(tmp: Path) -> list[Figure]:
             lambda r: r <= 0.05,
             f"{len(requests)} requests ({', '.join(requests)}) against the baseline's {keys + 1}: "
             "the experiment lookup names the claims run, create_run carries the first batch of tags, "
-            "one log_batch the run id tag (numeric metadata stays in tags; final metrics logged as such "
-            "also become MLflow metrics in that log_batch). A new run with one key: "
+            "one log_batch the run id tag and the metrics. A new run with one key: "
             f"{median(creation['ours']) * 1000:.0f} ms median. Jobs launched by the operator write "
             "to a run the launcher already created (the row above)",
         ),

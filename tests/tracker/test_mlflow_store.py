@@ -126,7 +126,7 @@ def test_keys_mlflow_path_rules_refuse_and_ints_past_float_range(tmp_path):
     store = MlflowStore(f"sqlite:///{tmp_path}/mlflow.db", "paths")
     run_id = "slurm://torchx/paths-1"
     odd = {"checkpoints/": 1, "a//b": 2, "/abs": 3, "../up": 4, "big": 10**400}
-    store.log_final_metrics(run_id, odd)
+    store.add_metadata(run_id, **odd)
     store.add_artifact(run_id, "checkpoints/", "/ckpt")
     assert store.metadata(run_id) == odd
     assert set(store.artifacts(run_id)) == {"checkpoints/"}
@@ -178,8 +178,7 @@ def requests_made(monkeypatch) -> list[str]:
 def test_a_new_run_with_a_hundred_keys_takes_five_requests(mlflow_uri, requests_made):
     """A job's first write to a new run: the experiment lookup (which names the claims run), the
     search for the run, create_run carrying the first batch of tags, the claim, and one log_batch
-    (the run id tag). The numbers are metadata, not MLflow metrics: final metrics are written as
-    such (below), and readers count numeric metadata as final metrics all the same."""
+    (the run id tag and the metrics). The previous version made seven."""
     experiment = f"requests-{uuid.uuid4().hex[:6]}"
     MlflowStore(mlflow_uri, experiment).add_metadata("slurm://torchx/earlier", a=1)  # claims run made
     requests_made.clear()
@@ -190,28 +189,7 @@ def test_a_new_run_with_a_hundred_keys_takes_five_requests(mlflow_uri, requests_
     fresh = MlflowStore(mlflow_uri, experiment)
     assert fresh.metadata(run_id) == values
     assert sorted(fresh.run_ids()) == sorted(["slurm://torchx/earlier", run_id])
-    assert MlflowClient(mlflow_uri).get_run(fresh.mlflow_run_id(run_id)).data.metrics == {}
-    from torchx_airflow.lineage.metrics import final_metrics  # what the comparison view reads
-
-    assert final_metrics(fresh, run_id) == {k: float(v) for k, v in values.items()}
-
-
-def test_final_metrics_of_a_new_run_take_five_requests_too(mlflow_uri, requests_made):
-    """log_final_metrics: the numbers as metadata and as MLflow metrics, the metrics riding with the
-    run id tag in the one log_batch after the claim."""
-    experiment = f"final-{uuid.uuid4().hex[:6]}"
-    MlflowStore(mlflow_uri, experiment).add_metadata("slurm://torchx/earlier", a=1)
-    requests_made.clear()
-    run_id = f"slurm://torchx/final-{uuid.uuid4().hex[:6]}"
-    values = {f"m{k}": k / 4 for k in range(100)}
-    MlflowStore(mlflow_uri, experiment).log_final_metrics(run_id, values)
-    assert len(requests_made) == 5, requests_made
-    fresh = MlflowStore(mlflow_uri, experiment)
-    assert fresh.metadata(run_id) == values
-    assert MlflowClient(mlflow_uri).get_run(fresh.mlflow_run_id(run_id)).data.metrics == values
-    from torchx_airflow.lineage.metrics import final_metrics
-
-    assert final_metrics(fresh, run_id) == values
+    assert MlflowClient(mlflow_uri).get_run(fresh.mlflow_run_id(run_id)).data.metrics["k99"] == 99.0
 
 
 def test_graph_reads_every_edge_in_one_search_and_answers_details_from_it(mlflow_uri, requests_made):
@@ -258,15 +236,15 @@ def test_a_rank_losing_the_claim_writes_its_first_batch_to_the_winner(mlflow_uri
     }
 
 
-def test_more_than_a_batch_of_metadata_and_final_metrics(mlflow_uri):
+def test_more_than_a_batch_of_metadata_and_numbers_as_metrics(mlflow_uri):
     store = MlflowStore(mlflow_uri, f"batch-{uuid.uuid4().hex[:6]}")
     run_id = "slurm://torchx/batch-1"
     values = {f"k{i}": i for i in range(250)}
-    store.add_metadata(run_id, note="text")
-    store.log_final_metrics(run_id, values)
+    store.add_metadata(run_id, **values, note="text")
     assert store.metadata(run_id) == {**values, "note": "text"}
     mlflow_run = MlflowClient(mlflow_uri).get_run(store.mlflow_run_id(run_id))
-    assert mlflow_run.data.metrics == {k: float(v) for k, v in values.items()}
+    assert mlflow_run.data.metrics["k249"] == 249.0
+    assert "note" not in mlflow_run.data.metrics
 
 
 def test_values_over_mlflow_limits_read_back_whole(mlflow_uri):

@@ -16,8 +16,7 @@ writes, the other ranks' calls do nothing, so a run holds each point once. With
 What lands where:
 
 - **MLflow store**: real MLflow metrics (``log_batch``, with the step), so the MLflow UI plots them;
-  final metrics are numeric metadata and MLflow metrics, written in one request. Other numeric
-  metadata stays in tags only (it is often an input, such as a learning rate).
+  final metrics are numeric metadata, which that store logs as metrics too.
 - **fsspec store**: one metadata entry per writing process, under the key ``torchx_metrics``
   (``METRICS_KEY``), replaced on each call: ``{"final": {name: value}, "series": {name: [[step,
   value], ...]}}``. TorchX's own readers (``AppRun``, ``FsspecTracker.metadata``) read it as ordinary
@@ -25,9 +24,8 @@ What lands where:
   (the curve keeps its whole range at half the resolution), so an entry stays small.
 - **any other TorchX tracker**: ``add_metadata(torchx_metrics=...)``, the same entry as on fsspec.
 
-Final metrics are numeric metadata: ``log_final_metrics(loss=0.1)`` writes ``add_metadata(loss=0.1)``
-(on MLflow, as a metric too), and numbers a job already writes with ``add_metadata`` count as final
-metrics when read back. A
+Final metrics are numeric metadata: ``log_final_metrics(loss=0.1)`` is ``add_metadata(loss=0.1)``,
+and numbers a job already writes with ``add_metadata`` count as final metrics when read back. A
 metric is a finite ``int`` or ``float`` (not ``bool``); anything else raises ``MetricValueError``
 before anything is written.
 """
@@ -167,12 +165,7 @@ class MetricsLogger:
             return
         with self._lock:
             self.final.update(named)
-        for backend in self._backends():
-            log_final = getattr(backend, "log_final_metrics", None)
-            if log_final is not None:  # this package's MLflow store (and a multi-store)
-                log_final(self.run.id, named)
-            else:
-                backend.add_metadata(self.run.id, **named)
+        self.run.add_metadata(**named)
 
     def entry(self) -> dict[str, Any]:
         """This writer's metrics entry: ``{"final": {...}, "series": {name: [[step, value], ...]}}``."""

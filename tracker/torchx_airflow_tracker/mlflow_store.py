@@ -3,7 +3,7 @@
 Each TorchX run id maps to one MLflow run (run name and tag ``torchx.run_id`` = the id) in the
 configured experiment. Everything is kept in tags, so the store reads back exactly what was written:
 
-    torchx.metadata.<key>      JSON {"key": ..., "value": ...}; final metrics are also MLflow metrics
+    torchx.metadata.<key>      JSON {"key": ..., "value": ...}; numbers are also logged as metrics
     torchx.artifact.<name>     JSON {"name": ..., "path": ..., "metadata": ...}
     torchx.source.<digest>     JSON {"source": <parent run id>, "artifact_names": [...]}
 
@@ -145,17 +145,13 @@ def _first_batch(tags: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str
     return first, {k: v for k, v in tags.items() if k not in first}
 
 
-def _metadata_entries(kwargs: Mapping[str, object]) -> dict[str, Any]:
-    return {_tag_key(METADATA_PREFIX, key): {"key": key, "value": value} for key, value in kwargs.items()}
-
-
-def _as_metrics(kwargs: Mapping[str, object]) -> dict[str, float]:
-    """The numbers among ``kwargs`` under MLflow metric keys (an int past float range is left out)."""
-    return {
-        _tag_key("", key): float(value)
-        for key, value in kwargs.items()
-        if isinstance(value, int | float) and not isinstance(value, bool) and _fits_float(value)
-    }
+def _metadata_entries(kwargs: Mapping[str, object]) -> tuple[dict[str, Any], dict[str, float]]:
+    entries, metrics = {}, {}
+    for key, value in kwargs.items():
+        entries[_tag_key(METADATA_PREFIX, key)] = {"key": key, "value": value}
+        if isinstance(value, int | float) and not isinstance(value, bool) and _fits_float(value):
+            metrics[_tag_key("", key)] = float(value)  # shown as metrics in the MLflow UI
+    return entries, metrics
 
 
 class MlflowStore(EdgeQueries, TrackerBase):
@@ -429,19 +425,9 @@ class MlflowStore(EdgeQueries, TrackerBase):
     # TrackerBase
 
     def add_metadata(self, run_id: str, **kwargs: object) -> None:
-        # tags only: numbers among metadata are often inputs (a learning rate, a try number, a
-        # cost), not results; readers of final metrics (the comparison view, promotion) count
-        # numeric metadata all the same. Writing each number as an MLflow metric as well cost a
-        # metric row and a latest-metric row per number, which made a new run's first write of 100
-        # keys about 60 % slower.
-        self._log_tags(run_id, _metadata_entries(kwargs))
-
-    def log_final_metrics(self, run_id: str, metrics: Mapping[str, float]) -> None:
-        """Final metrics (``torchx_airflow_tracker.metrics.log_final_metrics``): numeric metadata,
-        and MLflow metrics in the same request, so the MLflow UI lists and sorts runs by them."""
+        entries, metrics = _metadata_entries(kwargs)
         # a number named like a curve stays a tag: a metric at step 0 would join the curve
-        numbers = {k: v for k, v in _as_metrics(metrics).items() if k not in self._series_keys}
-        self._log_tags(run_id, _metadata_entries(metrics), numbers)
+        self._log_tags(run_id, entries, {k: v for k, v in metrics.items() if k not in self._series_keys})
 
     def log_metrics(
         self,
@@ -476,7 +462,7 @@ class MlflowStore(EdgeQueries, TrackerBase):
 
     def check_metadata(self, **kwargs: object) -> None:
         """Raise what ``add_metadata`` would, without writing (a multi-store checks every store first)."""
-        _encode_all(_metadata_entries(kwargs))
+        _encode_all(_metadata_entries(kwargs)[0])
 
     def check_artifact(self, name: str, path: str, metadata: Mapping[str, object] | None = None) -> None:
         """Raise what ``add_artifact`` would, without writing."""

@@ -75,16 +75,6 @@ class MultiStore(TrackerBase):
             else:
                 store.add_metadata(run_id, **{key: entry})
 
-    def log_final_metrics(self, run_id: str, metrics: Mapping[str, float]) -> None:
-        """Final metrics to every store: numeric metadata, and metrics where the store has them."""
-        self._check("check_metadata", **metrics)
-        for store in self.stores:
-            log_final = getattr(store, "log_final_metrics", None)
-            if log_final is not None:
-                log_final(run_id, metrics)
-            else:
-                store.add_metadata(run_id, **metrics)
-
     def metadata(self, run_id: str) -> Mapping[str, object]:
         return self.stores[0].metadata(run_id)
 
