@@ -31,6 +31,7 @@ import dataclasses
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -50,19 +51,24 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 ASKED_KEY = "cost_approval_asked"
 
 
-def app_fingerprint(app: AppDef, scheduler: str) -> str:
-    """``sha256:<hex>`` of ``app`` as submitted to ``scheduler``: every field of every role, with the
-    values of sensitive env variables and every registered secret masked (an approver sees the
-    fingerprint, and a digest of a short secret could be searched)."""
+def app_fingerprint(
+    app: AppDef, scheduler: str, cfg: Mapping[str, Any] | None = None, conn_id: str | None = None
+) -> str:
+    """``sha256:<hex>`` of ``app`` as submitted: to ``scheduler`` with run options ``cfg`` through
+    connection ``conn_id`` (another partition, time limit or cluster is another submission), every
+    field of every role, with the values of sensitive env variables and every registered secret
+    masked (an approver sees the fingerprint, and a digest of a short secret could be searched)."""
     from airflow.sdk.log import redact
 
     from torchx_airflow.secrets import mask_sensitive_env
 
     for role in app.roles:
         mask_sensitive_env(role.env)
-    doc = redact(json_safe({"scheduler": scheduler, "app": dataclasses.asdict(app)}))
-    # an object in metadata without a repr of its own is "<X object at 0x...>": not the app's content
-    text = _ADDRESS.sub("", json.dumps(doc, sort_keys=True, separators=(",", ":")))
+    submitted = {"scheduler": scheduler, "cfg": dict(cfg or {}), "conn_id": conn_id}
+    doc = redact(json_safe({**submitted, "app": dataclasses.asdict(app)}))
+    # an object in metadata without a repr of its own is "<X object at 0x...>": not the app's content;
+    # redacting the text as well masks secrets nested deeper than redact() walks a structure
+    text = str(redact(_ADDRESS.sub("", json.dumps(doc, sort_keys=True, separators=(",", ":")))))
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -92,7 +98,9 @@ def approve_or_raise(
     it for this estimate and this app. Not asked yet: asks, and the task waits (``TaskAwaitingInput``);
     rejected, unanswered at the timeout, or approved for another estimate or app: raises
     ``TorchXCostApprovalError``. Nothing has been submitted."""
-    now = asked(over, app_fingerprint(app, run.hook.scheduler))
+    hook = run.hook
+    cfg = hook.resolve_cfg(hook.scheduler, hook.cfg)
+    now = asked(over, app_fingerprint(app, hook.scheduler, cfg, hook.torchx_conn_id))
     resumed = run.resumed_with or {}
     answer = resumed.get("event")
     if not isinstance(answer, dict) or not ("chosen_options" in answer or "error_type" in answer):

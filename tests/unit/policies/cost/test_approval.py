@@ -45,9 +45,17 @@ def asked(monkeypatch) -> list[dict[str, Any]]:
     return requests
 
 
+def _fingerprint(run: FakeRun) -> str:
+    """``run``'s app as its hook submits it (scheduler, run options, connection)."""
+    hook = run.hook
+    return app_fingerprint(
+        run.app, hook.scheduler, hook.resolve_cfg(hook.scheduler, hook.cfg), hook.torchx_conn_id
+    )
+
+
 def _asked(run: FakeRun, estimate: float = 8.0) -> dict[str, Any]:
     """What the parked task kept: the request for ``run``'s app at ``estimate``."""
-    fingerprint = app_fingerprint(run.app, "slurm")
+    fingerprint = _fingerprint(run)
     return {"estimate": estimate, "max_cost": 5.0, "currency": "USD", "app_fingerprint": fingerprint}
 
 
@@ -96,7 +104,7 @@ def test_an_approval_lets_the_submission_go_on_and_is_recorded(asked):
         "estimate": 8.0,
         "max_cost": 5.0,
         "currency": "USD",
-        "app_fingerprint": app_fingerprint(run.app, "slurm"),
+        "app_fingerprint": _fingerprint(run),
     }
     assert asked == []
 
@@ -151,6 +159,25 @@ def test_the_fingerprint_is_of_the_whole_app_with_secrets_masked():
     assert app_fingerprint(app(), "local_cwd") != app_fingerprint(app(), "slurm")
     # a secret's value is not hashed (the fingerprint is shown to approvers)
     assert app_fingerprint(app(token="other-Token1"), "slurm") == app_fingerprint(app(), "slurm")
+    # where and how it is submitted: the run options and the connection count
+    base = app_fingerprint(app(), "slurm", {"partition": "cpu", "time": "1:00:00"}, "torchx_a")
+    assert base == app_fingerprint(app(), "slurm", {"time": "1:00:00", "partition": "cpu"}, "torchx_a")
+    assert base != app_fingerprint(app(), "slurm", {"partition": "gpu", "time": "1:00:00"}, "torchx_a")
+    assert base != app_fingerprint(app(), "slurm", {"partition": "cpu", "time": "1:00:00"}, "torchx_b")
+
+
+def test_a_registered_secret_nested_deep_in_the_app_is_not_hashed():
+    from torchx_airflow.secrets import register_secret
+
+    def app(secret: str) -> AppDef:
+        deep = {"a": {"b": {"c": {"d": {"e": {"f": secret}}}}}}
+        return AppDef("a", roles=[Role("r", "img", args=["x"], metadata={"deep": deep})])
+
+    register_secret("deep-Secret-0001")
+    register_secret("deep-Secret-0002")
+    assert app_fingerprint(app("deep-Secret-0001"), "slurm") == app_fingerprint(
+        app("deep-Secret-0002"), "slurm"
+    )
 
 
 @pytest.mark.parametrize(
