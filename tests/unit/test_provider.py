@@ -49,6 +49,7 @@ def test_a_dag_file_loads_none_of_the_providers_run_time_modules():
         "task.torchx\n"
         "TorchXOperator(task_id='t', component='utils.echo', component_args=['--msg', 'hi'])\n"
         "TorchXAppSensor(task_id='s', app_handle='slurm://torchx/1')\n"
+        "from torchx_airflow.operators.promote import TorchXPromoteOperator\n"
         "print(json.dumps(sorted(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from torchx_airflow.apps import SUCCEEDED
 from torchx_airflow.exceptions import TorchXError, TorchXInputError
 from torchx_airflow.lineage.keys import PROMOTED_KEY
 from torchx_airflow.secrets import strip_userinfo
@@ -76,7 +75,7 @@ class Candidate:
 
     @property
     def succeeded(self) -> bool:
-        return self.state == SUCCEEDED
+        return self.state == "SUCCEEDED"  # apps.SUCCEEDED: apps is not loaded where a DAG is parsed
 
 
 def check_promote_args(task_id: str, runs_of: Any, objective: Any, mode: Any, artifact: Any) -> None:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, BaseOperator
 
 from torchx_airflow.exceptions import TorchXInputError
-from torchx_airflow.hooks.torchx import TorchXHook
+from torchx_airflow.hooks import TORCHX_DEFAULT_CONN_ID
 from torchx_airflow.lineage.keys import XCOM_SUBMITTED_APP
 from torchx_airflow.lineage.promotion import (
     PromoteSpec,
@@ -186,7 +186,7 @@ class TorchXPromoteOperator(BaseOperator):
             return task_trackers(self.tracker_conn_ids, self._torchx_conn_id(context, upstream), where)
         recorded = _recorded_trackers(submitted)
         if recorded is not None:
-            return task_trackers(recorded, TorchXHook.default_conn_name, where)
+            return task_trackers(recorded, TORCHX_DEFAULT_CONN_ID, where)
         # ``tracker_conn_ids="{{ params.trackers }}"`` must not reach the parser as that text
         conn_ids = self.render_template(_upstream_setting(upstream, "tracker_conn_ids"), context)
         return task_trackers(conn_ids, self._torchx_conn_id(context, upstream), where)
@@ -194,4 +194,4 @@ class TorchXPromoteOperator(BaseOperator):
     def _torchx_conn_id(self, context: Context, upstream: Any) -> str:
         declared = self.torchx_conn_id or _upstream_setting(upstream, "torchx_conn_id")
         rendered = self.render_template(declared, context) if declared else None
-        return str(rendered or TorchXHook.default_conn_name)
+        return str(rendered or TORCHX_DEFAULT_CONN_ID)
