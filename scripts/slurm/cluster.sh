@@ -375,8 +375,35 @@ stop_private() {  # daemons...: SIGTERM by pid file, all at once, then wait unti
   done
 }
 
+end_jobs() {  # the cluster's jobs end with it: cancelled while the controller answers
+  local jobs
+  jobs="$(timeout 20 squeue -h -o %A 2>/dev/null)" || return 0
+  [ -n "$jobs" ] || return 0
+  # shellcheck disable=SC2086 # one job id per word
+  timeout 20 scancel --full $jobs 2>/dev/null || true
+  for _ in $(seq 20); do [ -z "$(timeout 10 squeue -h -o %A 2>/dev/null)" ] && break; sleep 0.5; done
+  log "jobs cancelled: $(echo $jobs | wc -w)"
+}
+
+kill_tree() {  # a process and its descendants, children first (they are found through their parent)
+  local child
+  for child in $(pgrep -P "$1"); do kill_tree "$child"; done
+  kill -KILL "$1" 2>/dev/null || true
+}
+
+kill_steps() {  # a job step's slurmstepd outlives slurmd by design: what is left of this cluster's
+  local pid step
+  for pid in $(pgrep -x slurmstepd); do
+    tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "SLURM_CONF=$ETC/slurm.conf" || continue
+    step="$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null)"
+    kill_tree "$pid" && log "left over, killed: $step"
+  done
+}
+
 down() {
+  end_jobs
   stop_private slurmd slurmctld slurmdbd
+  kill_steps
   ns_down
   if [ -f /run/mysqld/torchx-airflow.pid ]; then
     kill "$(cat /run/mysqld/torchx-airflow.pid)" 2>/dev/null && log "mariadb stopped" || true
@@ -403,7 +430,7 @@ need_private() {
 case "$COMMAND" in
   install) install ;;
   up) if [ "$PRIVATE" = 1 ]; then up_private; else up; fi ;;
-  down) if [ "$PRIVATE" = 1 ]; then stop_private slurmd slurmctld slurmdbd; ns_down; else down; fi ;;
+  down) if [ "$PRIVATE" = 1 ]; then end_jobs; stop_private slurmd slurmctld slurmdbd; kill_steps; ns_down; else down; fi ;;
   stop) need_private stop; stop_private "$@" ;;
   start) need_private start; [ -f "$ETC/slurmdbd.conf" ] || ACCOUNTING=none; start_private ;;
   status) status ;;
