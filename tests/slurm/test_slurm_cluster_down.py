@@ -24,7 +24,7 @@ def _running(marker: str) -> list[str]:
 def test_a_running_jobs_processes_end_with_the_cluster_even_without_its_controller():
     marker = f"sleep {random.randint(700_000, 799_999)}"
     with private_slurm(accounting="none") as cluster:
-        cluster.run(["sbatch", "--parsable", "--wrap", f"exec {marker}"])
+        cluster.run(["sbatch", "--parsable", "--output=/dev/null", "--wrap", f"exec {marker}"])
         wait_until(lambda: _running(marker), "the job's process running", 120, interval=0.5)
         cluster.stop("slurmctld")  # no scancel possible: only the steps are left to end
     assert _running(marker) == []
