@@ -31,10 +31,12 @@ from torchx_airflow.lineage.keys import XCOM_RUN_ID, XCOM_SUBMITTED_APP
 from torchx_airflow.lineage.metrics import curve_names, final_metrics, metric_series
 from torchx_airflow.plugins.airflow_runs import (
     DEFAULT_TORCHX_CONN_ID,
+    MAX_METADATA_ENTRY_BYTES,
     XCOM_KEYS,
     XCOM_RESULT,
     DagRunNotFound,
     TrackedTask,
+    bounded,
     conn_ids_of,
     open_first_store,
     seed_of,
@@ -55,9 +57,6 @@ DEFAULT_LAST = 20
 MAX_CURVES = 12
 DEFAULT_CURVES = 8
 MAX_PARAM_TEXT = 500
-#: a store entry (fsspec) larger than this is not read: a store holds what any job wrote, and a job's
-#: own metrics entry stays far below it (100 curves of 1,000 points)
-MAX_METADATA_ENTRY_BYTES = 8 << 20
 # the rendered fields that describe a run (the rest name connections or are the app record's twins)
 RENDERED_PARAMS = ("component", "component_args", "scheduler", "cfg", "env", "app_name")
 # fixed columns, sortable as such; metrics sort as "metric:<name>", parameters as "param:<name>"
@@ -449,9 +448,7 @@ def _read_metrics(
                 f"Tracker {group.conn_ids[0]!r} could not be read: {type(e).__name__}: {e}"
             )
             continue
-        if hasattr(store, "max_entry_bytes"):  # an fsspec store: each entry read up to the bound
-            store.max_entry_bytes = MAX_METADATA_ENTRY_BYTES
-        comparison.stores.append(store)
+        comparison.stores.append(bounded(store))  # each entry read up to a bound (fsspec)
         comparison.trackers.append(group.conn_ids[0])
         for task in group.tasks:
             row = row_of[id(task)]

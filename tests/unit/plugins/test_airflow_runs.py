@@ -94,3 +94,22 @@ def test_tasks_are_grouped_by_their_trackers_and_a_broken_torchx_connection_is_a
     ]
     (warning,) = warnings
     assert "'missing_conn'" in warning and "are not shown" in warning
+
+
+def test_the_views_and_promotion_read_each_store_entry_up_to_a_bound(tmp_path, monkeypatch):
+    """The lineage view and manual promotion open stores through the same bound as the comparison
+    view: an entry a job wrote bigger than it is skipped, not read into the API server."""
+    from torchx_airflow_tracker.fsspec_store import FsspecStore
+
+    from torchx_airflow.plugins.airflow_runs import MAX_METADATA_ENTRY_BYTES, open_first_store
+
+    root = tmp_path / "store"
+    writer = FsspecStore(str(root))
+    writer.add_metadata("local_cwd://torchx/big", loss=0.25)
+    writer.add_metadata("local_cwd://torchx/big", junk="x" * (MAX_METADATA_ENTRY_BYTES + 1))
+    conn = {"conn_type": "torchx_fsspec", "extra": {"root": str(root)}}
+    monkeypatch.setenv("AIRFLOW_CONN_BOUNDED_FS", json.dumps(conn))
+    store = open_first_store(["bounded_fs"])
+    assert store.max_entry_bytes == MAX_METADATA_ENTRY_BYTES
+    assert store.metadata("local_cwd://torchx/big") == {"loss": 0.25}
+    assert list(store.oversized) == ["local_cwd://torchx/big"]
