@@ -46,10 +46,15 @@ _TRACKER_MAX_WAIT = 2.0
 
 
 def is_retryable(error: BaseException) -> bool:
-    """Whether asking again can help: not for bad input (a malformed handle, an unknown scheduler)."""
-    from torchx_airflow.exceptions import TorchXInputError
+    """Whether asking again can help: not for bad input (a malformed handle, an unknown scheduler),
+    and not once this process was asked to stop (``TorchXWaitInterruptedError``, raised by the kill
+    guard in whatever frame the signal lands, a status query's included): that ends the wait at
+    once, for the task's next try to reattach."""
+    from torchx_airflow.exceptions import TorchXInputError, TorchXWaitInterruptedError
 
-    return isinstance(error, Exception) and not isinstance(error, TorchXInputError)
+    return isinstance(error, Exception) and not isinstance(
+        error, (TorchXInputError, TorchXWaitInterruptedError)
+    )
 
 
 class StatusOutage:

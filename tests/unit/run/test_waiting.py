@@ -57,3 +57,15 @@ def test_an_outage_past_the_budget_ends_the_wait():
     with pytest.raises(TorchXSchedulerOutageError, match="outage_timeout"):
         _wait(hook, budget=1.0).until_terminal(HANDLE, {})
     assert hook.script == [AppState.SUCCEEDED]  # gave up at the fourth unanswered query
+
+
+def test_being_asked_to_stop_during_a_status_query_ends_the_wait_at_once():
+    """A deploy's SIGTERM lands while a status query runs (the kill guard raises in that frame): the
+    wait ends there, for the next try to reattach; it is not an outage to wait out until the job ends."""
+    from torchx_airflow.exceptions import TorchXWaitInterruptedError
+
+    stop = TorchXWaitInterruptedError(HANDLE, "the task instance is still 'running'")
+    hook = ClockedHook([AppState.RUNNING, stop, AppState.RUNNING, AppState.SUCCEEDED])
+    with pytest.raises(TorchXWaitInterruptedError):
+        _wait(hook, budget=60.0).until_terminal(HANDLE, {})
+    assert hook.script == [AppState.RUNNING, AppState.SUCCEEDED]  # no query after the interruption
