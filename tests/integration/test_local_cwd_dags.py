@@ -112,13 +112,15 @@ def _alive(pid: int) -> bool:
 @pytest.mark.timeout(600)  # the start may take minutes on a busy machine
 def test_killing_the_task_cancels_the_job(airflow_db, tmp_path):
     pid_file = tmp_path / "job.pid"
-    proc = subprocess.Popen(
-        [AIRFLOW, "dags", "test", "tx_sleep", "--conf", json.dumps({"pid_file": str(pid_file)})],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=tmp_path,
-    )
+    log = tmp_path / "dags-test.log"
+    # the output goes to a file: a pipe nobody reads until the end fills (64 KiB) and blocks the run
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [AIRFLOW, "dags", "test", "tx_sleep", "--conf", json.dumps({"pid_file": str(pid_file)})],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+        )
     try:
         # `airflow dags test` parses the test DAGs and submits first: minutes on a busy machine
         wait_until(pid_file.exists, "the job started", 240, interval=0.2)
@@ -128,10 +130,11 @@ def test_killing_the_task_cancels_the_job(airflow_db, tmp_path):
         proc.send_signal(signal.SIGTERM)  # what Airflow sends a task it kills
         # gone within Airflow's grace before it SIGKILLs a killed task (killed_task_cleanup_time, 60 s)
         wait_until(lambda: not _alive(job_pid), "the job gone after the kill", 60, interval=0.2)
-        output, _ = proc.communicate(timeout=120)
+        proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
+    output = log.read_text()
     assert "Task killed (its app ends with this process): cancelling TorchX app local_cwd://" in output
     result = collect_run(airflow_db, "tx_sleep", proc.returncode, output)
     assert result.states == {"run": "failed"}
