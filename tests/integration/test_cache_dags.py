@@ -14,6 +14,7 @@ import pytest
 from torchx_airflow_tracker.fsspec_store import FsspecStore
 from torchx_airflow_tracker.mlflow_store import MlflowStore
 
+from tests.conftest import DagRunResult
 from tests.dags.torchx_cache_dags import SECRET
 from tests.openlineage_events import datasets, file_transport, read_events, run_dataset, task_events, validate
 from tests.secret_search import find_secret
@@ -69,14 +70,18 @@ class Pipeline:
         return result, ran
 
 
-@pytest.fixture(scope="module")
-def pipeline(run_dag, tmp_path_factory, mlflow_uri):
-    tmp = tmp_path_factory.mktemp("cache")
+def first_run(run_dag, tmp: Path, mlflow_uri: str) -> tuple[Pipeline, DagRunResult]:
+    """``tx_cache`` run once in ``tmp``: every step ran and recorded its key in both stores."""
     pipe = Pipeline(run_dag, tmp / "store", mlflow_uri, tmp)
     first, ran = pipe.run()
     assert first.returncode == 0, first.output[-6000:]
     assert ran == ["a", "b", "c"]
     return pipe, first
+
+
+@pytest.fixture(scope="module")
+def pipeline(run_dag, tmp_path_factory, mlflow_uri):
+    return first_run(run_dag, tmp_path_factory.mktemp("cache"), mlflow_uri)
 
 
 def task_seconds(result) -> dict[str, float]:

@@ -19,7 +19,7 @@ import pytest
 from torchx_airflow_tracker.fsspec_store import FsspecStore
 from torchx_airflow_tracker.mlflow_store import MlflowStore
 
-from tests.integration.test_cache_dags import STEPS, Pipeline, task_seconds
+from tests.integration.test_cache_dags import STEPS, Pipeline, first_run, task_seconds
 from tests.services import recording_http_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
@@ -30,13 +30,7 @@ THEIRS = "another-deployment-cache-key-fedcba9876543210"
 
 @pytest.fixture(scope="module")
 def pipeline(run_dag, tmp_path_factory, mlflow_uri):
-    """``tx_cache`` run once: every step ran and recorded its key in both stores."""
-    tmp = tmp_path_factory.mktemp("hostile")
-    pipe = Pipeline(run_dag, tmp / "store", mlflow_uri, tmp)
-    first, ran = pipe.run()
-    assert first.returncode == 0, first.output[-6000:]
-    assert ran == ["a", "b", "c"]
-    return pipe, first
+    return first_run(run_dag, tmp_path_factory.mktemp("hostile"), mlflow_uri)
 
 
 def _hits(result) -> dict[str, bool]:

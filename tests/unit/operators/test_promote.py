@@ -25,6 +25,20 @@ def stores(monkeypatch, tmp_path) -> None:
         )
 
 
+def _promote(task_id: str, **kwargs: object) -> TorchXPromoteOperator:
+    """The promotion of ``train``'s best run by ``loss``."""
+    asset = Asset("model://promote_trackers/best")
+    return TorchXPromoteOperator(
+        task_id=task_id,
+        runs_of="train",
+        objective="loss",
+        mode="min",
+        artifact="model",
+        asset=asset,
+        **kwargs,
+    )
+
+
 def _dag(mapped: bool) -> tuple[TorchXOperator, TorchXPromoteOperator]:
     with DAG("promote_trackers", schedule=None, params={"trackers": "fs2"}):
         common = {"task_id": "train", "component": "utils.echo", "tracker_conn_ids": TEMPLATED}
@@ -32,14 +46,7 @@ def _dag(mapped: bool) -> tuple[TorchXOperator, TorchXPromoteOperator]:
             train = TorchXOperator.partial(**common).expand(component_args=[["--msg", "a"], ["--msg", "b"]])
         else:
             train = TorchXOperator(**common)
-        promote = TorchXPromoteOperator(
-            task_id="promote",
-            runs_of="train",
-            objective="loss",
-            mode="min",
-            artifact="model",
-            asset=Asset("model://promote_trackers/best"),
-        )
+        promote = _promote("promote")
         train >> promote
     return train, promote
 
@@ -61,14 +68,6 @@ def test_without_a_record_the_upstreams_template_is_rendered_in_this_dag_run(sto
 
 def test_the_tasks_own_trackers_win(stores):
     train, _ = _dag(False)
-    promote = TorchXPromoteOperator(
-        task_id="promote2",
-        runs_of="train",
-        objective="loss",
-        mode="min",
-        artifact="model",
-        asset=Asset("model://promote_trackers/best"),
-        tracker_conn_ids=["fs2"],
-    )
+    promote = _promote("promote2", tracker_conn_ids=["fs2"])
     submitted = {-1: {"tracker_conn_ids": ["fs1"]}}
     assert promote._trackers({}, train, submitted, "Task 'promote2'").conn_ids == ["fs2"]
