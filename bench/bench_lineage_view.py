@@ -39,9 +39,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.common import store_in_moto
+
 DEPTH, LOCAL_REPEATS, S3_REPEATS, BASELINE_REPEATS = 3, 5, 3, 1
 TARGET_SECONDS, S3_TARGET_RATIO = 1.0, 0.1
-UPLOAD_BATCH = 64  # concurrent PUTs into moto
 DAG_ID, DAG_RUN = "bench", "manual__1"
 
 
@@ -293,35 +294,16 @@ def _rows(where: str, shape: StoreShape, times: dict, counts: dict, drawn: int) 
     ]
 
 
-def _store_files(local_root: str) -> dict[str, bytes]:
-    """Every file of a local store by its path relative to the root."""
-    root = Path(local_root)
-    files = (path for path in root.rglob("*") if path.is_file())
-    return {path.relative_to(root).as_posix(): path.read_bytes() for path in files}
-
-
 @contextlib.contextmanager
 def _s3_store(shape: StoreShape, workdir: Path) -> Iterator[tuple[Any, list[str], float]]:
     """A store of that shape in a bucket of moto's S3 server: the store read from there,
-    the DAG run's runs, and the upload's seconds.
-
-    The store is written locally and uploaded with one concurrent PUT per file (``fs.pipe``):
-    ``fs.put`` looks each destination up first, and every lookup lists the growing bucket on moto.
-    """
-    import fsspec
+    the DAG run's runs, and the upload's seconds (written locally, then uploaded)."""
     from torchx_airflow_tracker.fsspec_store import FsspecStore
-
-    from tests.services import moto_s3_server
 
     local_root = str(workdir / "s3-store")
     seeds = make_store(local_root, shape)
-    with moto_s3_server(workdir) as endpoint:
-        options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
-        fs = fsspec.filesystem("s3", **options)
-        fs.mkdir("bench")
-        files = {f"bench/store/{name}": data for name, data in _store_files(local_root).items()}
-        upload = _seconds(lambda: fs.pipe(files, batch_size=UPLOAD_BATCH))
-        yield FsspecStore("s3://bench/store", options), seeds, upload
+    with store_in_moto(local_root, workdir) as (url, options, upload):
+        yield FsspecStore(url, options), seeds, upload
 
 
 MLFLOW_STORE = StoreShape(runs=300, seeds=6, fanout=6)  # a graph of 258 runs: the view draws 250

@@ -1,6 +1,6 @@
 """Tracker store figures: the fsspec store against TorchX's own ``FsspecTracker`` on the same data
-(a local directory), and the MLflow store against plain ``MlflowClient`` calls on a real
-``mlflow server`` on loopback.
+(a local directory, and for ``run_ids(parent)`` also a bucket of moto's S3 server), and the MLflow
+store against plain ``MlflowClient`` calls on a real ``mlflow server`` on loopback.
 
 Ratios are our median time over the baseline's median time (below 1: we are faster).
 """
@@ -13,8 +13,9 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
-from bench.common import Figure, error_row, figure, interleaved, median
+from bench.common import Figure, error_row, figure, interleaved, median, store_in_moto
 
 # BENCH_TRACKER_RUNS: a smaller store while iterating (the table's rows use the default)
 RUNS, PARENTS = int(os.environ.get("BENCH_TRACKER_RUNS", "10000")), 100  # 100 parents, 99 children each
@@ -22,64 +23,115 @@ METADATA_ENTRIES = 1_000
 WRITES_PER_CALL = 100
 
 
-def _fsspec_store_with_runs(root: Path) -> tuple[object, object, list[str]]:
-    import fsspec
-    from torchx.tracker.backend.fsspec import FsspecTracker
+# the S3 rows' store (moto): a LIST page there takes a time that grows with the bucket (S3's does
+# not), and TorchX's query makes a request or two per run: over 10,000 runs it would take hours
+S3_RUNS, S3_PARENTS = int(os.environ.get("BENCH_TRACKER_S3_RUNS", "1000")), 10
+
+
+def _fsspec_store_with_runs(root: Path, runs: int = RUNS, parents: int = PARENTS) -> list[str]:
+    """A local store of ``runs`` runs written by ours: ``parents`` parents, the rest their children."""
     from torchx_airflow_tracker.fsspec_store import FsspecStore
 
     ours = FsspecStore(str(root))
-    parents = [f"slurm://bench/parent-{i}" for i in range(PARENTS)]
-    for i in range(RUNS - PARENTS):
+    parent_ids = [f"slurm://bench/parent-{i}" for i in range(parents)]
+    for i in range(runs - parents):
         child = f"slurm://bench/child-{i}"
         ours.add_metadata(child, i=i)
-        ours.add_source(child, parents[i % PARENTS], "data")
-    for parent in parents:
+        ours.add_source(child, parent_ids[i % parents], "data")
+    for parent in parent_ids:
         ours.add_metadata(parent, kind="data")
-    return ours, FsspecTracker(fsspec.filesystem("file"), str(root)), parents
+    return parent_ids
+
+
+def _run_ids_times(
+    ours: Callable[[], Any],
+    theirs: Any,
+    parents: list[str],
+    expected_children: int,
+    repeat: int,
+    warmup: int = 1,
+) -> dict[str, list[float]]:
+    """Times of run_ids(parent): warm (one store object), cold (``ours()``: a new one per query), TorchX."""
+    warm = ours()
+    expected = sorted(warm.run_ids(parent_run_id=parents[1]))
+    if sorted(theirs.run_ids(parent_run_id=parents[1])) != expected or len(expected) != expected_children:
+        raise AssertionError("the two stores disagree on the children of a parent")
+    picks = iter(parents * 20)
+    return interleaved(
+        {
+            "warm": lambda: warm.run_ids(parent_run_id=next(picks)),
+            "cold": lambda: ours().run_ids(parent_run_id=next(picks)),
+            "torchx": lambda: theirs.run_ids(parent_run_id=next(picks)),
+        },
+        repeat=repeat,
+        warmup=warmup,
+    )
+
+
+def _run_ids_rows(times: dict[str, list[float]], where: str, notes: dict[str, str]) -> list[Figure]:
+    return [
+        figure(
+            f"fsspec run_ids(parent) over {where}, {kind}",
+            "TorchX FsspecTracker, same store",
+            "≤ 0.1 (≥ 10× faster)",
+            median(times[kind]),
+            median(times["torchx"]),
+            "s",
+            lambda r: r <= 0.1,
+            note,
+        )
+        for kind, note in notes.items()
+    ]
 
 
 def _run_ids_figures(tmp: Path) -> list[Figure]:
     import time
 
+    import fsspec
+    from torchx.tracker.backend.fsspec import FsspecTracker
     from torchx_airflow_tracker.fsspec_store import FsspecStore
     from torchx_airflow_tracker.root_listing import RACY_WINDOW_NS
 
-    ours, theirs, parents = _fsspec_store_with_runs(tmp / "runs")
     root = str(tmp / "runs")
+    parents = _fsspec_store_with_runs(tmp / "runs")
     # as a store is when jobs wrote to it a while ago (a root changed within the last 2 s is listed
     # again on every query, its stamp being too recent to trust)
     past = time.time_ns() - 2 * RACY_WINDOW_NS
     os.utime(root, ns=(past, past))
-    expected = sorted(ours.run_ids(parent_run_id=parents[1]))
-    if sorted(theirs.run_ids(parent_run_id=parents[1])) != expected or len(expected) != RUNS // PARENTS - 1:
-        raise AssertionError("the two stores disagree on the children of a parent")
-    picks = iter(parents * 20)
-    times = interleaved(
+    theirs = FsspecTracker(fsspec.filesystem("file"), root)
+    times = _run_ids_times(lambda: FsspecStore(root), theirs, parents, RUNS // PARENTS - 1, repeat=7)
+    return _run_ids_rows(
+        times,
+        f"{RUNS:,} runs",
         {
-            "warm": lambda: ours.run_ids(parent_run_id=next(picks)),
-            "cold": lambda: FsspecStore(root).run_ids(parent_run_id=next(picks)),
-            "torchx": lambda: theirs.run_ids(parent_run_id=next(picks)),
+            "warm": "the same store object again, the root unchanged: its last listing is reused",
+            "cold": "a new store object per query (a new job or process): one listing of the root",
         },
-        repeat=7,
     )
-    rows = []
-    for kind, note in (
-        ("warm", "the same store object again, the root unchanged: its last listing is reused"),
-        ("cold", "a new store object per query (a new job or process): one listing of the root"),
-    ):
-        rows.append(
-            figure(
-                f"fsspec run_ids(parent) over {RUNS:,} runs, {kind}",
-                "TorchX FsspecTracker, same store",
-                "≤ 0.1 (≥ 10× faster)",
-                median(times[kind]),
-                median(times["torchx"]),
-                "s",
-                lambda r: r <= 0.1,
-                note,
-            )
-        )
-    return rows
+
+
+def _s3_run_ids_figures(tmp: Path) -> list[Figure]:
+    import fsspec
+    from torchx.tracker.backend.fsspec import FsspecTracker
+    from torchx_airflow_tracker.fsspec_store import FsspecStore
+
+    parents = _fsspec_store_with_runs(tmp / "runs", S3_RUNS, S3_PARENTS)
+    with store_in_moto(str(tmp / "runs"), tmp) as (url, options, upload):
+        theirs = FsspecTracker(fsspec.filesystem("s3", **options), url.removeprefix("s3://"))
+        times = _run_ids_times(
+            lambda: FsspecStore(url, options), theirs, parents, S3_RUNS // S3_PARENTS - 1, repeat=3, warmup=0
+        )  # no warm-up round: the check above made one query on each side
+    where = f"S3 (moto): {S3_RUNS:,} runs, written locally and uploaded in {upload:.0f} s"
+    listing = "one listing of the root (an object store has no stamp to reuse it by)"
+    return _run_ids_rows(
+        times,
+        f"{S3_RUNS:,} runs on S3 (moto)",
+        {
+            "warm": f"the same store object again: {listing}; {where}",
+            "cold": f"a new store object per query: {listing}; TorchX's lists the root, then looks "
+            "for the parent's file in every run",
+        },
+    )
 
 
 def _metadata_figure(tmp: Path) -> Figure:
@@ -354,6 +406,7 @@ def run() -> list[Figure]:
         tmp = Path(tmp_name)
         sections: list[tuple[str, Callable[[Path], list[Figure]]]] = [
             ("fsspec run_ids(parent)", _run_ids_figures),
+            ("fsspec run_ids(parent) on S3", _s3_run_ids_figures),
             ("fsspec metadata()", lambda t: [_metadata_figure(t)]),
             ("fsspec writes", _write_figures),
             ("MLflow", _mlflow_figures),

@@ -11,13 +11,16 @@ that whatever else the machine does at that moment weighs on both alike::
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 Figure = dict[str, Any]
 MAX_ERROR_NOTE = 400
+UPLOAD_BATCH = 64  # concurrent PUTs into moto
 FIELDS = ("figure", "baseline", "target", "value", "baseline_value", "ratio", "unit", "meets_target", "note")
 
 
@@ -89,3 +92,30 @@ def error_row(module: str, error: BaseException) -> Figure:
         "meets_target": False,
         "note": f"{type(error).__name__}: {str(error)[:MAX_ERROR_NOTE]}",
     }
+
+
+@contextlib.contextmanager
+def store_in_moto(local_root: str, workdir: Path) -> Iterator[tuple[str, dict[str, str], float]]:
+    """A store written locally, copied into a bucket of moto's S3 server (started here, stopped on
+    exit): yields its URL, its storage options and the upload's seconds.
+
+    One concurrent PUT per file (``fs.pipe``): ``fs.put`` looks each destination up first, and every
+    lookup lists the growing bucket on moto.
+    """
+    import fsspec
+
+    from tests.services import moto_s3_server
+
+    root = Path(local_root)
+    files = {
+        f"bench/store/{path.relative_to(root).as_posix()}": path.read_bytes()
+        for path in root.rglob("*")
+        if path.is_file()
+    }
+    with moto_s3_server(workdir) as endpoint:
+        options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
+        fs = fsspec.filesystem("s3", **options)
+        fs.mkdir("bench")
+        start = time.perf_counter()
+        fs.pipe(files, batch_size=UPLOAD_BATCH)
+        yield "s3://bench/store", options, time.perf_counter() - start
