@@ -16,7 +16,7 @@ def get_provider_info() -> dict[str, Any]:
         "package-name": "torchx-airflow",
         "name": "PyTorch TorchX",
         "description": "Launch, dry-run and wait on `PyTorch TorchX <https://pytorch.org/torchx>`__ apps "
-        "on local processes, Slurm, Kubernetes, AWS Batch and the other TorchX schedulers.",
+        "on local processes, Docker, Slurm, Kubernetes and every other scheduler the installed TorchX has.",
         "versions": [__version__],
         "integrations": [
             {

@@ -85,6 +85,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
     :param cache_ttl: seconds (or a ``timedelta``) a recorded result is reused.
     :param cache_scope: ``"dag"`` (hits only from the same DAG's runs) or ``"deployment"`` (any DAG's).
     :param policies: more :class:`~torchx_airflow.run.points.RunPolicy` after the task's own.
+    :param durable: keep the handle for the next try to reattach to (``ResumableJobMixin``); False: none.
     Other parameters are those of :class:`TorchXDryRunOperator`.
     """
 
@@ -114,9 +115,10 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         cache_ttl: float | timedelta | None = None,
         cache_scope: str | None = None,
         policies: Sequence[RunPolicy] = (),
+        durable: bool = True,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(durable=durable, **kwargs)
         where = f"Task {self.task_id!r}"
         seconds, count = checks.check_positive_seconds, checks.check_count
         self.expected_duration, self.max_cost = checks.check_cost_params(
@@ -128,9 +130,8 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         self.artifact_assets = check_artifact_assets(
             self.task_id, artifact_assets, self.outlets, wait_for_completion
         )
-        self.wait_for_completion = wait_for_completion
+        self.wait_for_completion, self.stream_logs = wait_for_completion, stream_logs
         self.deferrable = deferrable
-        self.stream_logs = stream_logs
         self.outage_timeout = checks.check_outage_timeout(outage_timeout, where)
         self.infrastructure_retries = checks.check_infrastructure_retries(infrastructure_retries, where)
         self.checkpoint_artifact = checks.check_checkpoint_artifact(checkpoint_artifact, where)
@@ -139,8 +140,7 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         self.cache_ignore_args = checks.check_ignore_args(cache_ignore_args, where)
         self.cache_ttl = checks.check_ttl(cache_ttl, where)
         self.cache_salt, self.cache_scope = cache_salt, checks.check_cache_scope(cache_scope, where)
-        self.policies = tuple(policies)
-        self._kills = KillGuard()
+        self.policies, self._kills = tuple(policies), KillGuard()
 
     def task_policies(self) -> list[RunPolicy]:
         """The policies of one execution: the task's own, then ``policies``."""

@@ -27,7 +27,7 @@ CONN_FIELDS: dict[str, dict[str, dict[str, Any]]] = {
         "scheduler": {
             "label": "Scheduler",
             "schema": {**_STRING, "default": "local_cwd"},
-            "description": "TorchX scheduler: local_cwd, slurm, kubernetes, aws_batch, ...",
+            "description": "TorchX scheduler: local_cwd, local_docker, slurm, kubernetes, ...",
         },
         "cfg": {
             "label": "Run options (cfg)",
@@ -37,7 +37,8 @@ CONN_FIELDS: dict[str, dict[str, dict[str, Any]]] = {
         "trackers": {
             "label": "Tracker connections",
             "schema": _NAMES,
-            "description": "Ids of the torchx_fsspec / mlflow connections the app tracks to",
+            "description": "Ids of the torchx_fsspec / mlflow connections the app tracks to, as a JSON "
+            'list (["torchx_fsspec_default", "mlflow_default"]) or comma-separated',
         },
         "env_passthrough": {
             "label": "Env passthrough",
