@@ -40,6 +40,10 @@ AIRFLOW_PORT ?= 8080
 MLFLOW_PORT ?= 5000
 STACK_ENV = AIRFLOW_PORT=$(AIRFLOW_PORT) MLFLOW_PORT=$(MLFLOW_PORT) AIRFLOW_LOG_PORT=$(or $(AIRFLOW_LOG_PORT),8793) \
 	EXECUTOR=$(EXECUTOR) REDIS_PORT=$(or $(REDIS_PORT),6379) CELERY_WORKERS=$(or $(CELERY_WORKERS),2)
+# For the commands after `make up`: only what the command line or the environment sets, so that the
+# stack's own recorded ports and workers apply otherwise (scripts/airflow-stack.sh)
+GIVEN_ENV = $(foreach v,AIRFLOW_PORT MLFLOW_PORT AIRFLOW_LOG_PORT EXECUTOR REDIS_PORT CELERY_WORKERS,\
+	$(if $(filter command% environment%,$(origin $(v))),$(v)=$($(v))))
 
 .PHONY: install demo test test-busy test-compose lint docs docs-build clean up down start stop status slurm-up slurm-down k8s-up k8s-down bench
 
@@ -104,16 +108,16 @@ up: install
 	$(STACK_ENV) bash scripts/airflow-stack.sh up
 
 down:
-	$(STACK_ENV) bash scripts/airflow-stack.sh down
+	$(GIVEN_ENV) bash scripts/airflow-stack.sh down
 
 # One service of the stack `make up` started: `make stop SERVICE=worker-2` (KILL=1: SIGKILL),
 # `make start SERVICE=worker-2`, `make status`.
 start stop:
 	$(if $(SERVICE),,$(error SERVICE is not set: e.g. make $@ SERVICE=worker-2 (make status lists them)))
-	$(STACK_ENV) bash scripts/airflow-stack.sh $@ $(SERVICE) $(if $(KILL),--kill)
+	$(GIVEN_ENV) bash scripts/airflow-stack.sh $@ $(SERVICE) $(if $(KILL),--kill)
 
 status:
-	$(STACK_ENV) bash scripts/airflow-stack.sh status
+	$(GIVEN_ENV) bash scripts/airflow-stack.sh status
 
 slurm-up:
 	bash scripts/slurm/cluster.sh up

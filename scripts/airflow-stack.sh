@@ -9,7 +9,8 @@
 #   scripts/airflow-stack.sh stop <service> [--kill]   stop one (SIGTERM, or SIGKILL with --kill)
 #   scripts/airflow-stack.sh status              which services run
 #
-# EXECUTOR=celery (for `up`; later commands use the executor the home was started with) scales out:
+# EXECUTOR=celery (for `up`; later commands use the executor, ports and number of workers the home
+# was started with, unless given again) scales out:
 # Debian's redis-server on 127.0.0.1:$REDIS_PORT as the Celery broker (installed by
 # scripts/install-redis.sh when missing, as root), and CELERY_WORKERS workers (`airflow celery
 # worker`, service worker-<n>, Celery node name worker-<n>@<host>, which is also the hostname the
@@ -37,6 +38,9 @@ SCRIPTS="$(cd "$(dirname "$0")" && pwd)"
 mkdir -p "$AIRFLOW_HOME"
 HOME_DIR="$(cd "$AIRFLOW_HOME" && pwd)"
 STACK="$HOME_DIR/stack"
+# `up` records the ports it started with (and the number of workers): every later command of the home
+# defaults to them, so `start api-server` after `up` with AIRFLOW_PORT=8181 serves on 8181 again
+if [ "${1:-}" != up ] && [ -f "$STACK/settings" ]; then . "$STACK/settings"; fi
 PORT="${AIRFLOW_PORT:-8080}"
 LOG_PORT="${AIRFLOW_LOG_PORT:-8793}"
 REDIS_PORT="${REDIS_PORT:-6379}"
@@ -249,6 +253,12 @@ case "${1:-}" in
       exit 2
     fi
     echo "$EXECUTOR" > "$STACK/executor"
+    {
+      for setting in "AIRFLOW_PORT=$PORT" "AIRFLOW_LOG_PORT=$LOG_PORT" "REDIS_PORT=$REDIS_PORT" \
+        "CELERY_WORKERS=$CELERY_WORKERS" "MLFLOW_PORT=${MLFLOW_PORT:-}"; do
+        if [ -n "${setting#*=}" ]; then printf ': "${%s:=%q}"\n' "${setting%%=*}" "${setting#*=}"; fi
+      done
+    } > "$STACK/settings"
     for service in "${SERVICES[@]}"; do start "$service"; done
     wait_healthy
     wait_workers

@@ -40,3 +40,12 @@ def test_an_unknown_executor_is_refused_with_the_choices(tmp_path):
     proc = _stack(tmp_path, "status", EXECUTOR="kubernetes")
     assert proc.returncode == 2
     assert "EXECUTOR must be local or celery, got 'kubernetes'" in proc.stderr
+
+
+def test_a_home_keeps_the_ports_and_workers_it_was_started_with(tmp_path):
+    """`up` records them (stack/settings); a later command uses them unless given again."""
+    (tmp_path / "stack").mkdir()
+    (tmp_path / "stack" / "executor").write_text("celery\n")
+    (tmp_path / "stack" / "settings").write_text(': "${CELERY_WORKERS:=3}"\n: "${MLFLOW_PORT:=5151}"\n')
+    assert _services(tmp_path)[-2:] == ["worker-3", "mlflow"]
+    assert _services(tmp_path, CELERY_WORKERS="1")[-2:] == ["worker-1", "mlflow"]
