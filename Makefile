@@ -114,7 +114,7 @@ down:
 # `make start SERVICE=worker-2`, `make status`.
 start stop:
 	$(if $(SERVICE),,$(error SERVICE is not set: e.g. make $@ SERVICE=worker-2 (make status lists them)))
-	$(GIVEN_ENV) bash scripts/airflow-stack.sh $@ $(SERVICE) $(if $(KILL),--kill)
+	$(GIVEN_ENV) bash scripts/airflow-stack.sh $@ $(SERVICE) $(if $(filter 1 yes true,$(KILL)),--kill)
 
 status:
 	$(GIVEN_ENV) bash scripts/airflow-stack.sh status

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import store_in_moto
+from bench.common import counting_mlflow_requests, store_in_moto
 
 DEPTH, LOCAL_REPEATS, S3_REPEATS, BASELINE_REPEATS = 3, 5, 3, 1
 TARGET_SECONDS, S3_TARGET_RATIO = 1.0, 0.1
@@ -339,25 +339,6 @@ def make_mlflow_store(uri: str, experiment: str, shape: StoreShape) -> list[str]
     return seeds
 
 
-@contextlib.contextmanager
-def _counting_mlflow_requests() -> Iterator[list[str]]:
-    """The HTTP requests MLflow's client makes in the block (all threads)."""
-    from mlflow.utils import rest_utils  # noqa: TID251 - the requests the client makes are counted
-
-    endpoints: list[str] = []
-    real_request = rest_utils.http_request
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        endpoints.append(str(kwargs.get("endpoint") or args[1]))
-        return real_request(*args, **kwargs)
-
-    rest_utils.http_request = counting
-    try:
-        yield endpoints
-    finally:
-        rest_utils.http_request = real_request
-
-
 def mlflow_rows(workdir: Path, shape: StoreShape = MLFLOW_STORE) -> list[dict]:
     """The view on an MLflow store (a new store object per view, as the view makes one per page)
     against the view's per-run walk on the same store (the store without ``graph()``)."""
@@ -383,7 +364,7 @@ def mlflow_rows(workdir: Path, shape: StoreShape = MLFLOW_STORE) -> list[dict]:
         drawn = []
 
         def view(kind: str, store_class: type[MlflowStore]) -> None:
-            with _counting_mlflow_requests() as made:
+            with counting_mlflow_requests() as made:
                 start = time.perf_counter()
                 graph = build_graph([(store_class(uri, "lineage"), seeds)], DEPTH)
                 render_page(graph, dag_id=DAG_ID, run_id=DAG_RUN, static_url="/s", json_url="/j")

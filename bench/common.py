@@ -119,3 +119,27 @@ def store_in_moto(local_root: str, workdir: Path) -> Iterator[tuple[str, dict[st
         start = time.perf_counter()
         fs.pipe(files, batch_size=UPLOAD_BATCH)
         yield "s3://bench/store", options, time.perf_counter() - start
+
+
+@contextlib.contextmanager
+def counting_mlflow_requests() -> Iterator[list[tuple[str, float]]]:
+    """The HTTP requests MLflow's client makes in the block, from any thread: (the endpoint's last
+    path part, seconds), in the order they ended."""
+    from mlflow.utils import rest_utils  # noqa: TID251 - the requests the client makes are counted
+
+    requests: list[tuple[str, float]] = []
+    real_request = rest_utils.http_request
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        endpoint = str(kwargs.get("endpoint") or args[1]).rsplit("/", 1)[-1]
+        start = time.perf_counter()
+        try:
+            return real_request(*args, **kwargs)
+        finally:
+            requests.append((endpoint, time.perf_counter() - start))
+
+    rest_utils.http_request = counting
+    try:
+        yield requests
+    finally:
+        rest_utils.http_request = real_request

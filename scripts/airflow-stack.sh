@@ -244,21 +244,26 @@ PY
 
 case "${1:-}" in
   up)
-    if [ -n "${MLFLOW_PORT:-}" ]; then export MLFLOW_TRACKING_URI="http://127.0.0.1:$MLFLOW_PORT"; fi
-    # with MLFLOW_PORT, mlflow_default points at the stack's MLflow server
-    SYNC_MLFLOW_DEFAULT="$([ -n "${MLFLOW_PORT:-}" ] && echo 1 || echo 0)" bash "$SCRIPTS/airflow-home.sh"
     recorded="$(cat "$STACK/executor" 2>/dev/null || echo local)"
     if [ "$recorded" != "$EXECUTOR" ] && running scheduler; then
       echo "This home runs with EXECUTOR=$recorded: stop it first (make down)" >&2
       exit 2
     fi
-    echo "$EXECUTOR" > "$STACK/executor"
-    {
+    settings="$(
       for setting in "AIRFLOW_PORT=$PORT" "AIRFLOW_LOG_PORT=$LOG_PORT" "REDIS_PORT=$REDIS_PORT" \
-        "CELERY_WORKERS=$CELERY_WORKERS" "MLFLOW_PORT=${MLFLOW_PORT:-}"; do
+        "CELERY_WORKERS=$CELERY_WORKERS" "MLFLOW_PORT=${MLFLOW_PORT:-}" "MLFLOW_WORKERS=${MLFLOW_WORKERS:-}"; do
         if [ -n "${setting#*=}" ]; then printf ': "${%s:=%q}"\n' "${setting%%=*}" "${setting#*=}"; fi
       done
-    } > "$STACK/settings"
+    )"
+    if running scheduler && [ -f "$STACK/settings" ] && [ "$(cat "$STACK/settings")" != "$settings" ]; then
+      echo "This home runs with other ports or workers ($STACK/settings): stop it first (make down)" >&2
+      exit 2
+    fi
+    echo "$EXECUTOR" > "$STACK/executor"
+    echo "$settings" > "$STACK/settings"
+    if [ -n "${MLFLOW_PORT:-}" ]; then export MLFLOW_TRACKING_URI="http://127.0.0.1:$MLFLOW_PORT"; fi
+    # with MLFLOW_PORT, mlflow_default points at the stack's MLflow server
+    SYNC_MLFLOW_DEFAULT="$([ -n "${MLFLOW_PORT:-}" ] && echo 1 || echo 0)" bash "$SCRIPTS/airflow-home.sh"
     for service in "${SERVICES[@]}"; do start "$service"; done
     wait_healthy
     wait_workers

@@ -49,3 +49,18 @@ def test_a_home_keeps_the_ports_and_workers_it_was_started_with(tmp_path):
     (tmp_path / "stack" / "settings").write_text(': "${CELERY_WORKERS:=3}"\n: "${MLFLOW_PORT:=5151}"\n')
     assert _services(tmp_path)[-2:] == ["worker-3", "mlflow"]
     assert _services(tmp_path, CELERY_WORKERS="1")[-2:] == ["worker-1", "mlflow"]
+
+
+def test_up_on_a_running_home_with_other_ports_is_refused(tmp_path):
+    (tmp_path / "stack").mkdir()
+    recorded = ': "${AIRFLOW_PORT:=8181}"\n: "${AIRFLOW_LOG_PORT:=8793}"\n'
+    (tmp_path / "stack" / "settings").write_text(recorded)
+    with subprocess.Popen(["sleep", "60"]) as scheduler:  # what a running scheduler's pid file names
+        try:
+            (tmp_path / "stack" / "scheduler.pid").write_text(str(scheduler.pid))
+            proc = _stack(tmp_path, "up", AIRFLOW_PORT="8282")
+        finally:
+            scheduler.kill()
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "This home runs with other ports or workers" in proc.stderr
+    assert (tmp_path / "stack" / "settings").read_text() == recorded
