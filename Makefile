@@ -36,12 +36,10 @@ TORCH ?= torch==2.13.0
 
 # `make up` ports: make up AIRFLOW_PORT=8081 MLFLOW_PORT=5001
 # Scaled out: make up EXECUTOR=celery (redis-server on REDIS_PORT and CELERY_WORKERS Celery workers)
-AIRFLOW_PORT ?= 8080
+# The stack's settings (AIRFLOW_PORT, AIRFLOW_LOG_PORT, EXECUTOR, REDIS_PORT, CELERY_WORKERS): only what
+# the command line or the environment sets goes to scripts/airflow-stack.sh, whose defaults (and, after
+# `make up`, the home's recorded settings) apply otherwise. `make up` also starts MLflow on MLFLOW_PORT.
 MLFLOW_PORT ?= 5000
-STACK_ENV = AIRFLOW_PORT=$(AIRFLOW_PORT) MLFLOW_PORT=$(MLFLOW_PORT) AIRFLOW_LOG_PORT=$(or $(AIRFLOW_LOG_PORT),8793) \
-	EXECUTOR=$(EXECUTOR) REDIS_PORT=$(or $(REDIS_PORT),6379) CELERY_WORKERS=$(or $(CELERY_WORKERS),2)
-# For the commands after `make up`: only what the command line or the environment sets, so that the
-# stack's own recorded ports and workers apply otherwise (scripts/airflow-stack.sh)
 GIVEN_ENV = $(foreach v,AIRFLOW_PORT MLFLOW_PORT AIRFLOW_LOG_PORT EXECUTOR REDIS_PORT CELERY_WORKERS,\
 	$(if $(filter command% environment%,$(origin $(v))),$(v)=$($(v))))
 
@@ -105,7 +103,7 @@ bench: install
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 up: install
-	$(STACK_ENV) bash scripts/airflow-stack.sh up
+	MLFLOW_PORT=$(MLFLOW_PORT) $(GIVEN_ENV) bash scripts/airflow-stack.sh up
 
 down:
 	$(GIVEN_ENV) bash scripts/airflow-stack.sh down
