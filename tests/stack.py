@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.polling import wait_until
+from tests.scheduling import require_heavy
 from tests.services import free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -40,6 +41,7 @@ class AirflowStack:
     _token: str | None = None
 
     def __post_init__(self) -> None:
+        require_heavy("an Airflow stack")
         if not self.log_port:
             self.log_port = free_port()
             while self.log_port + 1 == self.port:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.scheduling import require_heavy
 from tests.services import free_port
 from tests.slurm.conftest import slurm_cluster  # noqa: F401 - the pipeline runs on Slurm here
 from tests.stack import AirflowStack
@@ -55,6 +56,7 @@ def dags_stack(home: Path, mlflow_password: str, **env_extra: str) -> AirflowSta
 @pytest.fixture(scope="module")
 def browser():
     """Debian's Chromium, headless (installed by scripts/install-chromium.sh when missing, as root)."""
+    require_heavy("Chromium")
     if not os.path.exists(CHROMIUM):
         if os.geteuid() != 0:
             pytest.skip("Debian's chromium is not installed and installing it needs root")
