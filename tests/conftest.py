@@ -68,11 +68,29 @@ STACK_DIRECTORIES = ("slurm", "e2e", "kubernetes")
 STACK_START_SECONDS = 300
 
 
+# Under pytest-xdist, the controller makes a directory for the servers its workers share (the MLflow
+# server of ``mlflow_uri``), passed to them in the environment, and stops those servers at the end.
+SHARED_SERVERS = "TORCHX_AIRFLOW_TEST_SHARED_SERVERS"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     from tests import require_all
 
     if not config.pluginmanager.is_registered(require_all):  # also given as `-p tests.require_all`
         config.pluginmanager.register(require_all, "torchx_airflow_require_all")
+    if _is_xdist_controller(config):
+        os.environ[SHARED_SERVERS] = tempfile.mkdtemp(prefix="torchx-airflow-shared-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _is_xdist_controller(config) and SHARED_SERVERS in os.environ:
+        from tests.services import stop_shared_servers
+
+        stop_shared_servers(Path(os.environ.pop(SHARED_SERVERS)))
+
+
+def _is_xdist_controller(config: pytest.Config) -> bool:
+    return not hasattr(config, "workerinput") and bool(config.getoption("numprocesses", None))
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -217,9 +235,14 @@ def collect_run(db: Path, dag_id: str, returncode: int, output: str) -> DagRunRe
 
 @pytest.fixture(scope="session")
 def mlflow_uri(tmp_path_factory) -> str:
-    """A real MLflow tracking server on loopback for the whole session."""
-    from tests.services import mlflow_server
+    """A real MLflow tracking server on loopback for the whole session: under pytest-xdist, one for
+    all the workers (``shared_mlflow_server``; tests name their experiments and runs uniquely)."""
+    from tests.services import mlflow_server, shared_mlflow_server
 
+    shared = os.environ.get(SHARED_SERVERS)
+    if shared and os.environ.get("PYTEST_XDIST_WORKER"):
+        yield shared_mlflow_server(Path(shared), owner=os.getppid())  # the worker's parent: the controller
+        return
     with mlflow_server(tmp_path_factory.mktemp("mlflow")) as uri:
         yield uri
 

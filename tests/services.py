@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import http.server
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -68,6 +71,7 @@ def guard(pgid: int, owner: int | None = None) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-I", str(WATCHDOG), str(owner), "--group", str(pgid)],
         stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,  # it may outlive its starter (a shared server): no hold on its pipes
         start_new_session=True,
     )
 
@@ -164,16 +168,72 @@ def mlflow_server_process(workdir: Path, workers: int = 1) -> Iterator[tuple[str
     One uvicorn worker serves concurrent requests on threads (the rank races run against it); with
     ``workers=1`` uvicorn runs in the server's own child, and each more worker is ~200 MB of PSS.
     """
+    uri, cmd = _mlflow_command(workdir, workers)
+    with _server(cmd, f"{uri}/health", workdir, MLFLOW_SERVER_ENV) as proc:
+        yield uri, proc
+
+
+def _mlflow_command(workdir: Path, workers: int = 1) -> tuple[str, list[str]]:
     port = free_port()
-    uri = f"http://127.0.0.1:{port}"
     cmd = [
         str(BIN / "python"), str(REPO / "scripts" / "mlflow-server.py"),
         "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
         "--backend-store-uri", f"sqlite:///{workdir}/mlflow.db",
         "--default-artifact-root", str(workdir / "artifacts"),
     ]  # fmt: skip
-    with _server(cmd, f"{uri}/health", workdir, MLFLOW_SERVER_ENV) as proc:
-        yield uri, proc
+    return f"http://127.0.0.1:{port}", cmd
+
+
+def shared_mlflow_server(directory: Path, owner: int) -> str:
+    """The URI of one MLflow server for every pytest-xdist worker of a run (``directory`` is the run's,
+    made by its controller): the first worker to ask starts it, under a lock, and the others read its
+    address. It is left running when that worker ends, for the others: ``stop_shared_servers`` stops
+    it when the run ends, and a watchdog when ``owner`` (the controller) dies, even by SIGKILL."""
+    state = directory / "mlflow.json"
+    with open(directory / "mlflow.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if state.is_file():
+            return str(json.loads(state.read_text())["uri"])
+        workdir = directory / f"mlflow-{os.getpid()}"  # a new one if a worker's attempt failed
+        workdir.mkdir()
+        uri, cmd = _mlflow_command(workdir)
+        log = workdir / "server.log"
+        with open(log, "w") as out:
+            proc = subprocess.Popen(
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=workdir,
+                start_new_session=True,
+                env={**os.environ, **MLFLOW_SERVER_ENV},
+            )
+        guard(proc.pid, owner)
+        try:
+            _wait_http(f"{uri}/health", proc, log)
+        except BaseException:
+            stop_group(proc)
+            raise
+        state.write_text(json.dumps({"uri": uri, "pgid": proc.pid}))
+        return uri
+
+
+def stop_shared_servers(directory: Path, grace: float = 20) -> None:
+    """Stop the servers ``shared_mlflow_server`` started in ``directory`` (SIGTERM to each group, then
+    SIGKILL after ``grace`` seconds) and remove the directory."""
+    for state in directory.glob("*.json"):
+        _stop_pgid(int(json.loads(state.read_text())["pgid"]), grace)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def _stop_pgid(pgid: int, grace: float) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    try:
+        wait_until(lambda: not group_alive(pgid), f"group {pgid} gone", grace, 0.2)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+        wait_until(lambda: not group_alive(pgid), f"group {pgid} gone after SIGKILL", 10, 0.1)
 
 
 @contextlib.contextmanager

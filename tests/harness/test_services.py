@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO
 from tests.polling import wait_until
-from tests.services import cmdline, group_alive, mlflow_server_process, process_group
+from tests.services import cmdline, group_alive, mlflow_server_process, process_group, stop_shared_servers
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +86,56 @@ def test_a_server_dies_with_the_process_that_started_it_even_by_sigkill(tmp_path
     finally:
         owner.kill()
         owner.wait()
+
+
+ASKER = """
+import sys
+from pathlib import Path
+from tests.services import shared_mlflow_server
+
+print(shared_mlflow_server(Path(sys.argv[1]), int(sys.argv[2])), flush=True)
+"""
+
+
+@pytest.mark.parametrize("end", ["the run ends", "the controller is killed"])
+def test_the_workers_share_one_mlflow_server_that_outlives_its_starter(tmp_path: Path, end: str) -> None:
+    """Three workers asking at once get one server (tests/conftest.py's ``mlflow_uri`` under xdist); it
+    still answers after they have all exited (the one that started it may end first), and it goes when
+    the run ends (``stop_shared_servers``, the controller's) or when the controller dies by SIGKILL."""
+    controller = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    try:
+        askers = [
+            subprocess.Popen(
+                [sys.executable, "-c", ASKER, str(tmp_path), str(controller.pid)],
+                stdout=subprocess.PIPE,
+                text=True,
+                cwd=REPO,
+            )
+            for _ in range(3)
+        ]
+        uris = {asker.communicate(timeout=180)[0].strip() for asker in askers}
+        assert len(uris) == 1 and all(a.returncode == 0 for a in askers), uris
+        (uri,) = uris
+        pgid = int(json.loads((tmp_path / "mlflow.json").read_text())["pgid"])
+        assert len(process_group(pgid)) == 1, "one server process"
+        time.sleep(2)  # a watchdog of one of the askers (all gone) would have stopped it by now
+        assert group_alive(pgid), "the server went with the worker that started it"
+        with urllib.request.urlopen(f"{uri}/health", timeout=10) as answer:
+            assert answer.status == 200
+        if end == "the run ends":
+            stop_shared_servers(tmp_path)
+            assert not group_alive(pgid) and not tmp_path.exists()
+        else:
+            controller.kill()
+            controller.wait()
+            wait_until(
+                lambda: not group_alive(pgid), f"server group {pgid} gone after the controller's SIGKILL", 60
+            )
+    finally:
+        controller.kill()
+        controller.wait()
 
 
 STACK_OWNER = """
