@@ -34,6 +34,13 @@ export PATH := $(BIN):$(PATH)
 # GB). `make install TORCH=...` overrides the pin, TORCH_INDEX= skips the CPU index.
 TORCH ?= torch==2.13.0
 
+# The MLflow tracking server (the tests', the benchmarks' and `make up`'s) runs from an environment of
+# its own with the full `mlflow`, whose pandas, pyarrow, scipy and scikit-learn `import mlflow` loads
+# wherever they are installed (about 80 MB in each process). The test environment, like users' workers
+# and jobs (the tracker's `mlflow` extra), has the client alone: mlflow-skinny, at the same version.
+MLFLOW_VENV ?= $(CURDIR)/.venv-mlflow
+export MLFLOW_SERVER_PYTHON ?= $(MLFLOW_VENV)/bin/python
+
 # `make up` ports: make up AIRFLOW_PORT=8081 MLFLOW_PORT=5001
 # Scaled out: make up EXECUTOR=celery (redis-server on REDIS_PORT and CELERY_WORKERS Celery workers)
 # The stack's settings (AIRFLOW_PORT, AIRFLOW_LOG_PORT, EXECUTOR, REDIS_PORT, CELERY_WORKERS): only what
@@ -61,6 +68,10 @@ endif
 	$(BIN)/python -m pip install --quiet -e './tracker[mlflow,s3,$(TORCHX_EXTRA)]' \
 	  -e '.[test,examples,celery,openlineage,$(TORCHX_EXTRA)]' $(TORCHX_PIN)
 	$(BIN)/python -c 'import torchx; print("TorchX", torchx.__version__, "in", "$(VENV)")'
+	test -x $(MLFLOW_VENV)/bin/python || $(PYTHON) -m venv $(MLFLOW_VENV)
+	$(MLFLOW_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(MLFLOW_VENV)/bin/python -m pip install --quiet \
+	  "mlflow==$$($(BIN)/python -c 'from importlib.metadata import version; print(version("mlflow-skinny"))')"
 	touch $@
 
 demo: install
@@ -163,4 +174,4 @@ docs: $(DOCS_STAMP)
 	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:$(DOCS_PORT)
 
 clean:
-	rm -rf $(VENV) $(AIRFLOW_HOME)
+	rm -rf $(VENV) $(MLFLOW_VENV) $(AIRFLOW_HOME)

@@ -160,10 +160,11 @@ start() {
     # uvicorn restarts a worker that misses a health check (5 s by default): too short on a busy machine.
     # MLflow's job runner (huey consumers for GenAI evaluation and trace jobs, about 1.2 GB) stays off:
     # nothing here submits such jobs. scripts/mlflow-server.py is `mlflow server` that becomes its
-    # uvicorn: no idle parent of about 200 MB behind it.
+    # uvicorn: no idle parent of about 200 MB behind it. MLFLOW_SERVER_PYTHON: the interpreter of the
+    # environment with the full `mlflow` (the Makefile's .venv-mlflow), else `python` from PATH.
     UVICORN_TIMEOUT_WORKER_HEALTHCHECK="${UVICORN_TIMEOUT_WORKER_HEALTHCHECK:-60}" \
     MLFLOW_SERVER_ENABLE_JOB_EXECUTION="${MLFLOW_SERVER_ENABLE_JOB_EXECUTION:-false}" \
-    setsid python "$SCRIPTS/mlflow-server.py" --host 127.0.0.1 --port "$MLFLOW_PORT" --workers "${MLFLOW_WORKERS:-1}" \
+    setsid "${MLFLOW_SERVER_PYTHON:-python}" "$SCRIPTS/mlflow-server.py" --host 127.0.0.1 --port "$MLFLOW_PORT" --workers "${MLFLOW_WORKERS:-1}" \
       --backend-store-uri "sqlite:///$HOME_DIR/mlflow.db" --default-artifact-root "$HOME_DIR/mlflow-artifacts" \
       >> "$STACK/$service.log" 2>&1 < /dev/null &
   else

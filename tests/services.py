@@ -173,10 +173,20 @@ def mlflow_server_process(workdir: Path, workers: int = 1) -> Iterator[tuple[str
         yield uri, proc
 
 
+def mlflow_server_python() -> str:
+    """The interpreter that runs ``mlflow server``: ``MLFLOW_SERVER_PYTHON`` (set by the Makefile), else
+    the environment `make install` makes for it, else this one (where the full ``mlflow`` is installed)."""
+    given = os.environ.get("MLFLOW_SERVER_PYTHON")
+    if given:
+        return given
+    own = REPO / ".venv-mlflow" / "bin" / "python"
+    return str(own if own.exists() else BIN / "python")
+
+
 def _mlflow_command(workdir: Path, workers: int = 1) -> tuple[str, list[str]]:
     port = free_port()
     cmd = [
-        str(BIN / "python"), str(REPO / "scripts" / "mlflow-server.py"),
+        mlflow_server_python(), str(REPO / "scripts" / "mlflow-server.py"),
         "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
         "--backend-store-uri", f"sqlite:///{workdir}/mlflow.db",
         "--default-artifact-root", str(workdir / "artifacts"),
