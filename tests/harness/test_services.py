@@ -14,7 +14,14 @@ import pytest
 
 from tests.conftest import REPO
 from tests.polling import wait_until
-from tests.services import cmdline, group_alive, mlflow_server_process, process_group, stop_shared_servers
+from tests.services import (
+    cmdline,
+    group_alive,
+    mlflow_server_process,
+    mlflow_server_python,
+    process_group,
+    stop_shared_servers,
+)
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +37,24 @@ def test_the_mlflow_server_runs_no_job_runner(mlflow_processes) -> None:
     commands = [command for command, _ in mlflow_processes.values()]
     assert len(commands) == 1 and "uvicorn" in commands[0], commands
     assert not [c for c in commands if "huey" in c or "mlflow.server.jobs" in c], commands
+
+
+def test_the_server_runs_from_its_own_environment_and_the_clients_load_no_pandas(mlflow_processes) -> None:
+    """The server runs ``mlflow server`` from the environment `make install` builds for it (the full
+    ``mlflow``); this one has the client alone (mlflow-skinny), as users' workers and jobs do, so a
+    process importing the MLflow client (a training rank, a pytest worker) loads no pandas, pyarrow or
+    scipy (about 80 MB each)."""
+    (command,) = [command for command, _ in mlflow_processes.values()]
+    assert command.split()[0] == mlflow_server_python() != sys.executable, command
+    probe = (
+        "import sys; from mlflow.tracking import MlflowClient; "
+        "print(sorted({'pandas', 'pyarrow', 'scipy'} & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "[]", (
+        f"{out.stdout}{out.stderr}: this environment has the full mlflow (an install older than "
+        "mlflow-skinny in the test extra): `make clean install` rebuilds it"
+    )
 
 
 def test_mlflow_telemetry_is_off_in_the_suites_processes(mlflow_processes) -> None:
