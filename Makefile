@@ -38,7 +38,9 @@ TORCH ?= torch==2.13.0
 # its own with the full `mlflow`, whose pandas, pyarrow, scipy and scikit-learn `import mlflow` loads
 # wherever they are installed (about 80 MB in each process). The test environment, like users' workers
 # and jobs (the tracker's `mlflow` extra), has the client alone: mlflow-skinny, at the same version.
-MLFLOW_VENV ?= $(CURDIR)/.venv-mlflow
+# Each TorchX flavour has its own (.venv-mlflow, .venv-nightly-mlflow), built after its environment.
+MLFLOW_VENV ?= $(VENV)-mlflow
+MLFLOW_STAMP = $(MLFLOW_VENV)/.installed
 export MLFLOW_SERVER_PYTHON ?= $(MLFLOW_VENV)/bin/python
 
 # `make up` ports: make up AIRFLOW_PORT=8081 MLFLOW_PORT=5001
@@ -52,7 +54,7 @@ GIVEN_ENV = $(foreach v,AIRFLOW_PORT MLFLOW_PORT AIRFLOW_LOG_PORT EXECUTOR REDIS
 
 .PHONY: install demo test test-busy test-compose lint docs docs-build clean up down start stop status slurm-up slurm-down k8s-up k8s-down bench
 
-install: $(STAMP)
+install: $(STAMP) $(MLFLOW_STAMP)
 
 $(STAMP): pyproject.toml tracker/pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is needed, found " + sys.version' 
@@ -68,6 +70,10 @@ endif
 	$(BIN)/python -m pip install --quiet -e './tracker[mlflow,s3,$(TORCHX_EXTRA)]' \
 	  -e '.[test,examples,celery,openlineage,$(TORCHX_EXTRA)]' $(TORCHX_PIN)
 	$(BIN)/python -c 'import torchx; print("TorchX", torchx.__version__, "in", "$(VENV)")'
+	touch $@
+
+# The MLflow server's environment: the full mlflow at the version of the client in $(VENV).
+$(MLFLOW_STAMP): $(STAMP)
 	test -x $(MLFLOW_VENV)/bin/python || $(PYTHON) -m venv $(MLFLOW_VENV)
 	$(MLFLOW_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(MLFLOW_VENV)/bin/python -m pip install --quiet \

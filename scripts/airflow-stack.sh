@@ -59,6 +59,16 @@ SERVICES=()
 [ "$EXECUTOR" = celery ] && SERVICES+=(redis)
 SERVICES+=(api-server scheduler dag-processor triggerer "${WORKERS[@]}")
 [ -n "${MLFLOW_PORT:-}" ] && SERVICES+=(mlflow)
+# MLflow's server runs from an environment of its own, with the full mlflow (`make install` builds it
+# beside the venv: <venv>-mlflow, whose client is mlflow-skinny); MLFLOW_SERVER_PYTHON names another.
+if [ -n "${MLFLOW_PORT:-}" ] && { [ "${1:-}" = up ] || [ "${2:-}" = mlflow ]; }; then
+  MLFLOW_SERVER_PYTHON="${MLFLOW_SERVER_PYTHON:-$(python -c 'import sys; print(sys.prefix)')-mlflow/bin/python}"
+  if [ ! -x "$MLFLOW_SERVER_PYTHON" ]; then
+    echo "no Python for the MLflow server at $MLFLOW_SERVER_PYTHON: run \`make install\` (it builds that" \
+      "environment) or set MLFLOW_SERVER_PYTHON to a Python with the full mlflow installed" >&2
+    exit 2
+  fi
+fi
 # Services (and the tasks they run) work in the home, never in the checkout: a Slurm job writes its
 # output files into the directory it was submitted from.
 cd "$HOME_DIR"
@@ -160,11 +170,10 @@ start() {
     # uvicorn restarts a worker that misses a health check (5 s by default): too short on a busy machine.
     # MLflow's job runner (huey consumers for GenAI evaluation and trace jobs, about 1.2 GB) stays off:
     # nothing here submits such jobs. scripts/mlflow-server.py is `mlflow server` that becomes its
-    # uvicorn: no idle parent of about 200 MB behind it. MLFLOW_SERVER_PYTHON: the interpreter of the
-    # environment with the full `mlflow` (the Makefile's .venv-mlflow), else `python` from PATH.
+    # uvicorn: no idle parent of about 200 MB behind it.
     UVICORN_TIMEOUT_WORKER_HEALTHCHECK="${UVICORN_TIMEOUT_WORKER_HEALTHCHECK:-60}" \
     MLFLOW_SERVER_ENABLE_JOB_EXECUTION="${MLFLOW_SERVER_ENABLE_JOB_EXECUTION:-false}" \
-    setsid "${MLFLOW_SERVER_PYTHON:-python}" "$SCRIPTS/mlflow-server.py" --host 127.0.0.1 --port "$MLFLOW_PORT" --workers "${MLFLOW_WORKERS:-1}" \
+    setsid "$MLFLOW_SERVER_PYTHON" "$SCRIPTS/mlflow-server.py" --host 127.0.0.1 --port "$MLFLOW_PORT" --workers "${MLFLOW_WORKERS:-1}" \
       --backend-store-uri "sqlite:///$HOME_DIR/mlflow.db" --default-artifact-root "$HOME_DIR/mlflow-artifacts" \
       >> "$STACK/$service.log" 2>&1 < /dev/null &
   else

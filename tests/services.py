@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -174,13 +175,16 @@ def mlflow_server_process(workdir: Path, workers: int = 1) -> Iterator[tuple[str
 
 
 def mlflow_server_python() -> str:
-    """The interpreter that runs ``mlflow server``: ``MLFLOW_SERVER_PYTHON`` (set by the Makefile), else
-    the environment `make install` makes for it, else this one (where the full ``mlflow`` is installed)."""
-    given = os.environ.get("MLFLOW_SERVER_PYTHON")
-    if given:
-        return given
-    own = REPO / ".venv-mlflow" / "bin" / "python"
-    return str(own if own.exists() else BIN / "python")
+    """The interpreter that runs ``mlflow server``: ``MLFLOW_SERVER_PYTHON`` (the Makefile sets it), else
+    the one of the environment `make install` builds beside this one (``<this venv>-mlflow``, with
+    the full ``mlflow``; this one has the client alone)."""
+    given = os.environ.get("MLFLOW_SERVER_PYTHON") or f"{sys.prefix}-mlflow/bin/python"
+    if not os.access(given, os.X_OK):
+        raise RuntimeError(
+            f"no Python for the MLflow server at {given}: run `make install`, which builds its "
+            "environment, or set MLFLOW_SERVER_PYTHON to a Python with the full mlflow installed"
+        )
+    return given
 
 
 def _mlflow_command(workdir: Path, workers: int = 1) -> tuple[str, list[str]]:
@@ -197,14 +201,19 @@ def _mlflow_command(workdir: Path, workers: int = 1) -> tuple[str, list[str]]:
 def shared_mlflow_server(directory: Path, owner: int) -> str:
     """The URI of one MLflow server for every pytest-xdist worker of a run (``directory`` is the run's,
     made by its controller): the first worker to ask starts it, under a lock, and the others read its
-    address. It is left running when that worker ends, for the others: ``stop_shared_servers`` stops
-    it when the run ends, and a watchdog when ``owner`` (the controller) dies, even by SIGKILL."""
+    address; one that finds it no longer answering starts another. It is left running when that worker
+    ends, for the others: ``stop_shared_servers`` stops it (every server recorded in ``directory``, from
+    the moment it is started) when the run ends, and a watchdog when ``owner`` (the controller) dies,
+    even by SIGKILL."""
     state = directory / "mlflow.json"
     with open(directory / "mlflow.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if state.is_file():
-            return str(json.loads(state.read_text())["uri"])
-        workdir = directory / f"mlflow-{os.getpid()}"  # a new one if a worker's attempt failed
+            uri = str(json.loads(state.read_text())["uri"])
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(f"{uri}/health", timeout=10):
+                    return uri
+        workdir = directory / f"mlflow-{os.getpid()}-{time.monotonic_ns()}"
         workdir.mkdir()
         uri, cmd = _mlflow_command(workdir)
         log = workdir / "server.log"
@@ -217,22 +226,25 @@ def shared_mlflow_server(directory: Path, owner: int) -> str:
                 start_new_session=True,
                 env={**os.environ, **MLFLOW_SERVER_ENV},
             )
+        (workdir / "server.json").write_text(json.dumps({"uri": uri, "pgid": proc.pid}))  # for the stop
         guard(proc.pid, owner)
         try:
             _wait_http(f"{uri}/health", proc, log)
         except BaseException:
             stop_group(proc)
             raise
-        state.write_text(json.dumps({"uri": uri, "pgid": proc.pid}))
+        state.write_text(json.dumps({"uri": uri}))
         return uri
 
 
 def stop_shared_servers(directory: Path, grace: float = 20) -> None:
     """Stop the servers ``shared_mlflow_server`` started in ``directory`` (SIGTERM to each group, then
     SIGKILL after ``grace`` seconds) and remove the directory."""
-    for state in directory.glob("*.json"):
-        _stop_pgid(int(json.loads(state.read_text())["pgid"]), grace)
-    shutil.rmtree(directory, ignore_errors=True)
+    try:
+        for server in directory.glob("*/server.json"):
+            _stop_pgid(int(json.loads(server.read_text())["pgid"]), grace)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _stop_pgid(pgid: int, grace: float) -> None:

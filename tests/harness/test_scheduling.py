@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.scheduling import (
+    HEAVY,
     _load_durations,
     durations_from_junit,
     estimate,
@@ -42,8 +43,9 @@ def test_a_file_in_the_table_takes_its_seconds_and_others_are_guessed_from_what_
 def test_a_file_that_starts_a_stack_without_naming_it_heavy_fails(monkeypatch: pytest.MonkeyPatch):
     """The cap counts heavy files by their text; a file that starts a stack through a name HEAVY lacks
     fails where the stack starts (``AirflowStack``, the ``browser`` fixture call ``require_heavy``)."""
-    assert is_heavy("tests/e2e/test_celery_kills.py")  # by ``celery_airflow(``, imported from another file
-    assert is_heavy("tests/e2e/pipeline/")  # by its conftest's ``pipeline_stack``
+    # (this file names none of HEAVY, or it would be heavy itself)
+    assert is_heavy("tests/e2e/test_celery_kills.py")  # by the Celery stack's helper, from another file
+    assert is_heavy("tests/e2e/pipeline/")  # by the package's stack fixture, in its conftest.py
     assert not is_heavy("tests/unit/test_apps.py")
     monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/e2e/test_celery_kills.py::test_x (setup)")
     require_heavy("an Airflow stack")
@@ -137,7 +139,7 @@ def test_two_heavy_files_at_most_at_once_and_a_worker_left_only_heavy_ones_stops
     light = [f"test_light_{i}" for i in range(light_files)]
     for name in heavy:
         tests = "".join(f"def test_{i}():\n    _ran(1.0)\n" for i in range(4))
-        (tmp_path / f"{name}.py").write_text(body + "# as if it started one: AirflowStack(\n" + tests)
+        (tmp_path / f"{name}.py").write_text(f"{body}# as if it started one: {HEAVY[0]}\n{tests}")
     for name in light:
         tests = "".join(f"def test_{i}():\n    _ran(0.2)\n" for i in range(2))
         (tmp_path / f"{name}.py").write_text(body + tests)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -122,36 +123,54 @@ print(shared_mlflow_server(Path(sys.argv[1]), int(sys.argv[2])), flush=True)
 """
 
 
+def _ask(directory: Path, controller: int, askers: int) -> set[str]:
+    """What ``askers`` processes asking for the shared server at once get."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", ASKER, str(directory), str(controller)],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        for _ in range(askers)
+    ]
+    uris = {proc.communicate(timeout=180)[0].strip() for proc in procs}
+    assert all(proc.returncode == 0 for proc in procs), uris
+    return uris
+
+
+def _servers(directory: Path) -> list[int]:
+    return [int(json.loads(f.read_text())["pgid"]) for f in sorted(directory.glob("*/server.json"))]
+
+
 @pytest.mark.parametrize("end", ["the run ends", "the controller is killed"])
 def test_the_workers_share_one_mlflow_server_that_outlives_its_starter(tmp_path: Path, end: str) -> None:
     """Three workers asking at once get one server (tests/conftest.py's ``mlflow_uri`` under xdist); it
     still answers after they have all exited (the one that started it may end first), and it goes when
-    the run ends (``stop_shared_servers``, the controller's) or when the controller dies by SIGKILL."""
+    the run ends (``stop_shared_servers``, the controller's) or when the controller dies by SIGKILL. A
+    worker that finds it dead starts another, which the end of the run stops too."""
     controller = subprocess.Popen(
         [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
     )
     try:
-        askers = [
-            subprocess.Popen(
-                [sys.executable, "-c", ASKER, str(tmp_path), str(controller.pid)],
-                stdout=subprocess.PIPE,
-                text=True,
-                cwd=REPO,
-            )
-            for _ in range(3)
-        ]
-        uris = {asker.communicate(timeout=180)[0].strip() for asker in askers}
-        assert len(uris) == 1 and all(a.returncode == 0 for a in askers), uris
+        uris = _ask(tmp_path, controller.pid, 3)
+        assert len(uris) == 1, uris
         (uri,) = uris
-        pgid = int(json.loads((tmp_path / "mlflow.json").read_text())["pgid"])
+        (pgid,) = _servers(tmp_path)
         assert len(process_group(pgid)) == 1, "one server process"
         time.sleep(2)  # a watchdog of one of the askers (all gone) would have stopped it by now
         assert group_alive(pgid), "the server went with the worker that started it"
         with urllib.request.urlopen(f"{uri}/health", timeout=10) as answer:
             assert answer.status == 200
         if end == "the run ends":
+            os.killpg(pgid, signal.SIGKILL)  # as the kernel's OOM killer would
+            wait_until(lambda: not group_alive(pgid), "the killed server gone", 30)
+            (again,) = _ask(tmp_path, controller.pid, 1)
+            assert again != uri and len(_servers(tmp_path)) == 2
+            second = _servers(tmp_path)[1] if _servers(tmp_path)[0] == pgid else _servers(tmp_path)[0]
+            assert group_alive(second)
             stop_shared_servers(tmp_path)
-            assert not group_alive(pgid) and not tmp_path.exists()
+            assert not group_alive(second) and not tmp_path.exists()
         else:
             controller.kill()
             controller.wait()

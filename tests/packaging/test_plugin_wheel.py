@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 OURS = ("torchx_airflow", "torchx_airflow_tracker", "__editable__")
 SKIP_COPY = shutil.ignore_patterns(
-    ".git", ".venv", ".airflow", "build", "dist", "*.egg-info", "__pycache__", ".*_cache"
+    ".git", ".venv*", ".airflow", "build", "dist", "*.egg-info", "__pycache__", ".*_cache"
 )
 
 

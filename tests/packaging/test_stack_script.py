@@ -64,3 +64,14 @@ def test_up_on_a_running_home_with_other_ports_is_refused(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "This home runs with other ports or workers" in proc.stderr
     assert (tmp_path / "stack" / "settings").read_text() == recorded
+
+
+def test_up_with_mlflow_and_no_server_environment_is_refused_before_starting_anything(tmp_path):
+    """The MLflow server needs the full mlflow, which `make install` puts in an environment of its own:
+    without it (or a MLFLOW_SERVER_PYTHON naming another), `up` says so and starts nothing."""
+    missing = tmp_path / "no-such-venv" / "bin" / "python"
+    proc = _stack(tmp_path, "up", MLFLOW_PORT="5999", MLFLOW_SERVER_PYTHON=str(missing))
+    assert proc.returncode == 2
+    assert f"no Python for the MLflow server at {missing}" in proc.stderr and "make install" in proc.stderr
+    assert not list((tmp_path / "stack").glob("*.pid")), "something was started"
+    assert not (tmp_path / "airflow.db").exists(), "the home was prepared"
