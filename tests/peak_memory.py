@@ -178,8 +178,9 @@ def report(peak: Peak) -> str:
     rss_when = time.strftime("%H:%M:%S", time.localtime(peak.at))
     largest = "; ".join(f"{name} x{n} {pss / 2**30:.2f}" for name, n, pss in peak.groups)
     return (
-        f"Peak memory of the suite's processes: {peak.pss / 2**30:.2f} GiB "
-        f"(sum of PSS over {peak.pss_processes} processes at {when}; sum of RSS, an upper bound: "
+        f"Peak memory of the suite's processes: {peak.pss / 2**30:.3f} GiB "
+        f"({peak.pss / 1e9:.3f} GB; sum of PSS over {peak.pss_processes} processes at {when}; "
+        "sum of RSS, an upper bound: "
         f"{peak.rss / 2**30:.2f} GiB over {peak.processes} processes at {rss_when}; {peak.samples} samples, "
         f"one every {INTERVAL_SECONDS:g} s, PSS read in {peak.pss_samples}; tests/peak_memory.py)\n"
         f"Largest at the peak (GiB of PSS): {largest}"

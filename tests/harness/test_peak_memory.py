@@ -35,9 +35,11 @@ def test_the_peak_counts_processes_that_left_the_tree_and_the_exit_status_is_kep
         timeout=120,
     )
     assert run.returncode == 3, run.stdout + run.stderr
-    found = re.search(r"Peak memory of the suite's processes: ([0-9.]+) GiB", run.stdout)
+    found = re.search(r"Peak memory of the suite's processes: ([0-9.]+) GiB \(([0-9.]+) GB;", run.stdout)
     assert found, run.stdout + run.stderr
     assert float(found.group(1)) >= 0.25, run.stdout
+    # the target is in GB (10^9 bytes): both units of one figure
+    assert abs(float(found.group(2)) - float(found.group(1)) * 2**30 / 1e9) < 0.002, run.stdout
     # the orphan is named among the largest groups, with its 256 MiB
     largest = re.search(r"Largest at the peak \(GiB of PSS\): (.*)", run.stdout)
     assert largest, run.stdout
