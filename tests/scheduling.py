@@ -38,21 +38,12 @@ from xdist.workermanage import WorkerController
 TESTS = Path(__file__).resolve().parent
 DURATIONS = TESTS / "durations.json"
 ONE_WORKER_PACKAGES = ("tests/e2e/pipeline/",)
-# what a file that is not in the table starts, and what that costs (seconds, 2 loaded cores)
-_STARTS = {
-    "AirflowStack(": 400.0,
-    "dags_stack(": 400.0,
-    "slurm_stack": 400.0,
-    "pipeline_stack": 400.0,
-    "run_dag(": 60.0,
-    "slurm_cluster": 60.0,
-    "k8s_cluster": 60.0,
-}
-
 # what makes a unit heavy: an Airflow stack (or the fixtures and helpers that start one), or Chromium;
 # a test whose file starts either without naming one of these fails (``require_heavy``)
 HEAVY = ("AirflowStack(", "dags_stack(", "celery_airflow(", "slurm_stack", "pipeline_stack", "chromium")
 HEAVY_AT_ONCE = 2
+# what a file that is not in the table starts, and what that costs (seconds, 2 loaded cores)
+_STARTS = {**dict.fromkeys(HEAVY, 400.0), "run_dag(": 60.0, "slurm_cluster": 60.0, "k8s_cluster": 60.0}
 
 
 def scope_of(nodeid: str) -> str:
@@ -156,10 +147,8 @@ class LongestFirst(LoadFileScheduling):
             if self._pending_of(self.assigned_work[node]) <= 1:
                 node.shutdown()
             return
-        work_unit = self.workqueue.pop(scope)
-        self.assigned_work.setdefault(node, {})[scope] = work_unit
-        collection = self.registered_collections[node]
-        node.send_runtest_some([collection.index(nodeid) for nodeid, done in work_unit.items() if not done])
+        self.workqueue.move_to_end(scope, last=False)  # xdist's own assignment takes the first unit
+        super()._assign_work_unit(node)
 
 
 def _load_durations() -> dict[str, float]:

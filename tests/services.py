@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tests.polling import wait_until
@@ -96,12 +96,7 @@ def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120
 def _server(
     cmd: list[str], ready_url: str, workdir: Path, env_extra: dict[str, str] | None = None
 ) -> Iterator[subprocess.Popen]:
-    log = workdir / "server.log"
-    env = {**os.environ, **(env_extra or {})}
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True, env=env
-        )
+    proc, log = _launch(cmd, workdir, env_extra)
     watchdog = guard(proc.pid)  # the server's group dies with this process, however it ends
     try:
         _wait_http(ready_url, proc, log)
@@ -109,6 +104,21 @@ def _server(
     finally:
         stop_group(proc)
         _reap(watchdog)
+
+
+def _launch(cmd: list[str], workdir: Path, env_extra: dict[str, str] | None) -> tuple[subprocess.Popen, Path]:
+    """A server's process, leading a group of its own in ``workdir``, and its log file."""
+    log = workdir / "server.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=workdir,
+            start_new_session=True,
+            env={**os.environ, **(env_extra or {})},
+        )
+    return proc, log
 
 
 def group_alive(pgid: int) -> bool:
@@ -122,16 +132,26 @@ def group_alive(pgid: int) -> bool:
 
 def stop_group(proc: subprocess.Popen, grace: float = 20) -> None:
     """SIGTERM to the group ``proc`` leads; SIGKILL to what is left of it after ``grace`` seconds.
-    Returns once the whole group is gone, not only its leader."""
+    Returns once the whole group is gone, not only its leader (reaped here)."""
+    stop_pgid(proc.pid, grace, reap=proc.poll)
+
+
+def stop_pgid(pgid: int, grace: float = 20, reap: Callable[[], object] = lambda: None) -> None:
+    """Like ``stop_group``, for a group known by its id; ``reap`` collects the leader when it is this
+    process's child (an unreaped zombie keeps the group alive)."""
+
+    def gone() -> bool:
+        reap()
+        return not group_alive(pgid)
+
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
+        os.killpg(pgid, signal.SIGTERM)
     try:
-        wait_until(lambda: proc.poll() is not None and not group_alive(proc.pid), "group gone", grace, 0.2)
+        wait_until(gone, f"group {pgid} gone", grace, 0.2)
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        wait_until(lambda: not group_alive(proc.pid), f"group {proc.pid} gone after SIGKILL", 10, 0.1)
+            os.killpg(pgid, signal.SIGKILL)
+        wait_until(gone, f"group {pgid} gone after SIGKILL", 10, 0.1)
 
 
 def _reap(watchdog: subprocess.Popen) -> None:
@@ -216,16 +236,7 @@ def shared_mlflow_server(directory: Path, owner: int) -> str:
         workdir = directory / f"mlflow-{os.getpid()}-{time.monotonic_ns()}"
         workdir.mkdir()
         uri, cmd = _mlflow_command(workdir)
-        log = workdir / "server.log"
-        with open(log, "w") as out:
-            proc = subprocess.Popen(
-                cmd,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=workdir,
-                start_new_session=True,
-                env={**os.environ, **MLFLOW_SERVER_ENV},
-            )
+        proc, log = _launch(cmd, workdir, MLFLOW_SERVER_ENV)
         (workdir / "server.json").write_text(json.dumps({"uri": uri, "pgid": proc.pid}))  # for the stop
         guard(proc.pid, owner)
         try:
@@ -242,20 +253,9 @@ def stop_shared_servers(directory: Path, grace: float = 20) -> None:
     SIGKILL after ``grace`` seconds) and remove the directory."""
     try:
         for server in directory.glob("*/server.json"):
-            _stop_pgid(int(json.loads(server.read_text())["pgid"]), grace)
+            stop_pgid(int(json.loads(server.read_text())["pgid"]), grace)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-
-
-def _stop_pgid(pgid: int, grace: float) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGTERM)
-    try:
-        wait_until(lambda: not group_alive(pgid), f"group {pgid} gone", grace, 0.2)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-        wait_until(lambda: not group_alive(pgid), f"group {pgid} gone after SIGKILL", 10, 0.1)
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ from typing import Any
 
 from tests.polling import wait_until
 from tests.scheduling import require_heavy
-from tests.services import free_port, mlflow_server_python
+from tests.services import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "airflow-stack.sh"
@@ -67,7 +67,6 @@ class AirflowStack:
             "STACK_OWNER_PID": str(os.getpid()),
             # the UI's, REST API's and CLI's connection "Test" (off by default in Airflow)
             "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
-            "MLFLOW_SERVER_PYTHON": mlflow_server_python(),  # the stack's MLflow, when it starts one
             **self.env_extra,
         }
 
