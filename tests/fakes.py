@@ -137,6 +137,7 @@ class FakeSchedulerHook:
 
     def dryrun(self, app: Any, scheduler: Any = None, cfg: Any = None, **kwargs: Any) -> TorchXDryRun:
         self.apps = [*getattr(self, "apps", []), app]
+        self.dryrun_kwargs = [*getattr(self, "dryrun_kwargs", []), kwargs]
         return TorchXDryRun("sbatch --parsable torchx-sbatch.sh", self.scheduler)  # type: ignore[arg-type]
 
     def log_streams(self, handle: str) -> tuple:

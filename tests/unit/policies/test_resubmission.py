@@ -15,7 +15,7 @@ import pytest
 from airflow.sdk.exceptions import TaskDeferred
 from torchx.specs import AppState, AppStatus
 
-from tests.fakes import HANDLE, FakeSchedulerHook, TaskStateStore, _context, _operator, _terminal
+from tests.fakes import HANDLE, TI, FakeSchedulerHook, TaskStateStore, _context, _operator, _terminal
 from torchx_airflow.exceptions import TorchXAppFailedError, TorchXConfigError, TorchXConnectionError
 from torchx_airflow.policies.resubmission import ATTEMPT_ENV, RESUME_FROM_ENV
 from torchx_airflow.run.state import ATTEMPTS_KEY
@@ -179,6 +179,23 @@ def test_a_deferred_wait_resubmits_when_the_task_resumes_and_defers_again():
     assert store.values["torchx_app_handle"] == SECOND
     assert [a["app_handle"] for a in store.values[ATTEMPTS_KEY]] == [HANDLE, SECOND]
     assert _env(hook, 0)[RESUME_FROM_ENV] == "/ckpt/4242"
+
+
+def test_a_deferred_task_without_a_state_store_never_resubmits_on_a_budget_it_cannot_keep():
+    """durable=False keeps no attempts across the deferral: each resume would start a fresh budget, so
+    the task asks the scheduler to requeue nothing for it and fails with the infrastructure's end."""
+    hook = FakeSchedulerHook([AppState.RUNNING])
+    op = _operator(hook, deferrable=True, durable=False, infrastructure_retries=2)
+    with pytest.raises(TaskDeferred):
+        op.execute({"ti": TI()})
+    assert hook.dryrun_kwargs[-1]["resubmits"] is False  # Slurm may requeue it itself
+    resumed = _operator(
+        FakeSchedulerHook([NODE_FAIL]), deferrable=True, durable=False, infrastructure_retries=2
+    )
+    event = {**_terminal("FAILED"), "msg": NODE_FAIL.msg}
+    with pytest.raises(TorchXAppFailedError, match="NODE_FAIL"):
+        resumed.execute_complete({"ti": TI()}, event)
+    assert getattr(resumed.hook, "tokens", []) == []  # nothing submitted in its place
 
 
 def test_a_new_try_continues_the_attempts_of_a_job_the_infrastructure_ended():

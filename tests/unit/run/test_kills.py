@@ -88,21 +88,50 @@ def test_a_guard_leaves_an_app_that_outlives_its_process_and_ends_only_the_wait(
 
 class SupervisorChannel:
     """Stand-in for a task's supervisor channel (no Airflow API server in the fast tier): answers
-    ``GetTaskStates`` as the API server does, the asked runs' states keyed by task id (and map index)."""
+    ``GetTaskStates`` as the API server's ``/states`` route does (``execution_api/routes/
+    task_instances.py``): the task instances of the asked runs, filtered by ``map_index`` when one is
+    asked, each keyed ``task_id`` when unmapped and ``task_id_<map_index>`` when mapped (index 0 too)."""
 
-    def __init__(self, states: dict[str, str | None]) -> None:
-        self.states = states
+    def __init__(self, states: dict[tuple[str, int], str | None]) -> None:
+        self.states = states  # (task_id, map_index) -> state
         self.asked: list[Any] = []
 
     def send(self, message: Any) -> Any:
         from airflow.sdk.execution_time.comms import TaskStatesResult
 
         self.asked.append(message)
-        return TaskStatesResult(task_states={run_id: dict(self.states) for run_id in message.run_ids or []})
+        found = {
+            (task_id if map_index < 0 else f"{task_id}_{map_index}"): state
+            for (task_id, map_index), state in self.states.items()
+            if task_id in (message.task_ids or [])
+            and (message.map_index is None or map_index == message.map_index)
+        }
+        return TaskStatesResult(task_states={run_id: dict(found) for run_id in message.run_ids or []})
 
 
 class _TI:
     dag_id, run_id, task_id, map_index = "etl", "manual__2026-11-25", "train", -1
+
+
+def _kill(monkeypatch, states: dict[tuple[str, int], str | None], map_index: int = -1) -> tuple[Any, Any]:
+    """``on_kill`` of a ``train`` task (``map_index``) waiting on slurm://torchx/7, through the operator
+    and the real state query; returns the scheduler and the channel."""
+    from types import SimpleNamespace
+
+    from airflow.sdk.execution_time import task_runner
+
+    from tests.fakes import FakeSchedulerHook, _operator
+
+    channel = SupervisorChannel(states)
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", channel, raising=False)
+    hook = FakeSchedulerHook([])
+    op = _operator(hook)
+    op.__dict__["_lifecycle_of"] = SimpleNamespace(app_handle="slurm://torchx/7")
+    ti = _TI()
+    ti.map_index = map_index
+    with op._kills.running(ti):
+        op.on_kill()
+    return hook, channel
 
 
 @pytest.mark.parametrize(
@@ -111,18 +140,55 @@ class _TI:
 )
 def test_on_kill_cancels_exactly_when_the_api_server_says_the_task_was_ended(monkeypatch, state, cancelled):
     """Through the operator's on_kill and the real state query, answered by run id as the server does."""
-    from types import SimpleNamespace
-
-    from airflow.sdk.execution_time import task_runner
-
-    from tests.fakes import FakeSchedulerHook, _operator
-
-    channel = SupervisorChannel({"train": state})
-    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", channel, raising=False)
-    hook = FakeSchedulerHook([])
-    op = _operator(hook)
-    op.__dict__["_lifecycle_of"] = SimpleNamespace(app_handle="slurm://torchx/7")
-    with op._kills.running(_TI()):
-        op.on_kill()
+    hook, channel = _kill(monkeypatch, {("train", -1): state})
     assert hook.cancelled == (["slurm://torchx/7"] if cancelled else [])
     assert [m.run_ids for m in channel.asked] == [["manual__2026-11-25"]]
+
+
+@pytest.mark.parametrize("map_index", [0, 1, 12])
+def test_a_deploys_sigterm_leaves_the_job_of_every_mapped_instance_index_0_too(monkeypatch, map_index):
+    """The mapped instance's own state decides: ``train_0`` is the key of index 0 as of any other, so a
+    deploy (the instance still running) cancels nothing, and a person marking it failed cancels it."""
+    others = {("train", i): "failed" for i in range(3) if i != map_index}
+    hook, _ = _kill(monkeypatch, {**others, ("train", map_index): "running"}, map_index)
+    assert hook.cancelled == []
+    hook, channel = _kill(monkeypatch, {**others, ("train", map_index): "failed"}, map_index)
+    assert hook.cancelled == ["slurm://torchx/7"]
+    assert [m.map_index for m in channel.asked] == [map_index]
+
+
+class _TimedOutHook:
+    """A scheduler whose second status query is where Airflow's ``execution_timeout`` alarm lands."""
+
+    def __new__(cls, *args: Any) -> Any:
+        from airflow.sdk.exceptions import AirflowTaskTimeout
+        from torchx.specs import AppState
+
+        from tests.fakes import FakeSchedulerHook
+
+        hook = FakeSchedulerHook([AppState.RUNNING])
+        asked = hook.status
+
+        def status(handle: str) -> Any:
+            if hook.calls >= 1:
+                raise AirflowTaskTimeout("Timeout, PID: 1")
+            return asked(handle)
+
+        hook.status = status  # type: ignore[method-assign]
+        return hook
+
+
+def test_execution_timeout_cancels_the_job_without_asking_the_task_instances_state(monkeypatch):
+    """Airflow raises ``AirflowTaskTimeout`` in the task's frame, then calls ``on_kill``: the job is
+    cancelled whatever the API server would say (here it cannot be asked at all)."""
+    from airflow.sdk.exceptions import AirflowTaskTimeout
+
+    from tests.fakes import HANDLE, TaskStateStore, _context, _operator
+
+    monkeypatch.setattr(kills, "read_task_state", lambda key: pytest.fail("asked the state"))
+    hook = _TimedOutHook()
+    op = _operator(hook)
+    with pytest.raises(AirflowTaskTimeout):
+        op.execute(_context(TaskStateStore()))
+    op.on_kill()  # as task_runner._execute_task does after the timeout
+    assert hook.cancelled == [HANDLE]

@@ -73,6 +73,26 @@ def test_a_heterogeneous_job_reports_each_replica_and_the_worst_state():
     ).state.name == ("RUNNING")
 
 
+@pytest.mark.parametrize(
+    ("replica_states", "app_state"),
+    [
+        (("FAILED", "CANCELLED"), "FAILED"),  # Slurm cancels the other replicas of a job one failed
+        (("CANCELLED by 0", "NODE_FAIL"), "FAILED"),
+        (("CANCELLED", "COMPLETED"), "CANCELLED"),
+        (("RUNNING", "CANCELLED"), "CANCELLED"),
+        (("PENDING", "RUNNING"), "RUNNING"),
+        (("COMPLETED", "PENDING"), "PENDING"),
+    ],
+)
+def test_a_failed_multi_replica_job_is_failed_never_a_persons_cancel(replica_states, app_state):
+    """The order replica states combine in: a FAILED replica beside the ones Slurm cancelled after it is
+    a failure (the task fails with the app's error, and its infrastructure reason is read), not a
+    CANCELLED app, which reads as someone's ``scancel``."""
+    rows = [SlurmJobRow("7", f"trainer-{i}", s) for i, s in enumerate(replica_states)]
+    assert app_status(rows).state.name == app_state
+    assert app_status(list(reversed(rows))).state.name == app_state
+
+
 def test_slurm_request_keeps_secrets_out_of_the_batch_script():
     from torchx_airflow.apps import build_app_from_component
 
