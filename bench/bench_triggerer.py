@@ -13,7 +13,7 @@ command level by shims first on PATH.
 The outage: ``slurmctld`` and ``slurmdbd`` of that cluster stopped for ``BENCH_OUTAGE`` seconds under
 the N waits; the waits that end before the controller is back and one more poll, against today's
 shared poller (one batched query under the old 5-attempt policy, its error handed to every wait:
-``retry.legacy_status_retrying``) in the same run.
+``_legacy_retrying``) in the same run.
 
 Environment: ``BENCH_WAITS`` (default 5000), ``BENCH_INTERVAL`` (default 5 s), ``BENCH_ROUNDS``
 (intervals per measurement, default 3), ``BENCH_OUTAGE`` (default 30 s).
@@ -147,11 +147,25 @@ async def _shared_wait(handle: str, interval: float) -> None:
         return
 
 
+def _legacy_retrying(interval: float) -> Any:
+    """The status policy before outages were waited out: 5 attempts, 0.5 s doubling up to
+    ``interval`` apart, then the error."""
+    from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+    from torchx_airflow.retry import is_retryable
+
+    return Retrying(
+        stop=stop_after_attempt(5),
+        wait=wait_exponential(multiplier=0.5, min=0.5, max=max(0.5, interval)),
+        retry=retry_if_exception(is_retryable),
+        reraise=True,
+    )
+
+
 async def _legacy_shared_waits(handles: list[str], interval: float) -> None:
     """Today's shared poller: one batched query per interval (today's Slurm query: ``sacct``, which
     fails the whole batch while accounting is down) under the 5-attempt policy; when the policy gives
     up, every waiting trigger ends with that error (returns then)."""
-    from torchx_airflow.retry import legacy_status_retrying
     from torchx_airflow.schedulers.slurm import job_row, sacct_records
 
     def sacct_rows(ids: list[str]) -> list:
@@ -159,7 +173,7 @@ async def _legacy_shared_waits(handles: list[str], interval: float) -> None:
 
     job_ids = [handle.rsplit("/", 1)[1] for handle in handles]
     while True:
-        retrying = legacy_status_retrying(f"Status of {len(handles)} apps", max_wait=interval)
+        retrying = _legacy_retrying(interval)
         try:
             await asyncio.to_thread(retrying, sacct_rows, job_ids)
         except Exception:

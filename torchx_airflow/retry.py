@@ -4,17 +4,17 @@ The worker's wait (``waiting.py``), the sensor, the triggerer's shared poller an
 lookup of an interrupted submission (``durable.py``) all treat a failing status query the same way:
 a scheduler whose control plane is down (``slurmctld`` restarting, ``slurmdbd`` upgraded, an API
 server failing over) is *waited out*. Queries go on at the wait's own interval; the wait gives up
-only when no good answer came for ``outage_timeout`` seconds (default
-10 minutes; ``[torchx] outage_timeout`` site-wide, the ``outage_timeout`` extra of a ``torchx``
-connection, or the task's ``outage_timeout``), counted from the last good answer. An outage is logged
+only when no good answer came for ``outage_timeout`` seconds (the task's, else its ``torchx``
+connection's extra, else ``[torchx] outage_timeout``, 10 minutes by default: one rule,
+``settings.resolve.outage_budget``), counted from the last good answer. An outage is logged
 once when it starts and once when it ends, never once per poll. An app is lost only when its scheduler
 positively answers that it does not know it (a status of ``None``); a failing query never means that.
 Bad input (a malformed handle, an unknown scheduler) is never retried: it cannot get better.
 
-``StatusOutage`` is the policy's state for one wait; ``status_retrying`` runs one blocking call under
-it with tenacity (which Airflow itself depends on); the triggerer's waits, which receive answers
-from the shared poller instead of calling, ask the same object whether an error is still within
-budget (``StatusOutage.failed``).
+``StatusOutage`` is the policy's state for one wait; ``StatusPolls`` is a blocking wait's queries
+under it (the worker's, the sensor's, ``TorchXHook.wait``), each run with tenacity (which Airflow
+itself depends on); the triggerer's waits, which receive answers from the shared poller instead of
+calling, ask the same object whether an error is still within budget (``StatusOutage.failed``).
 """
 
 from __future__ import annotations
@@ -35,10 +35,6 @@ from tenacity import (
 
 log = logging.getLogger(__name__)
 
-#: Seconds without a good answer after which a wait gives up on its scheduler.
-#: Before outages were waited out: 5 attempts, 0.5 -> 4 s apart (about 8 s). Kept reachable
-#: (``LEGACY_ATTEMPTS`` with ``status_retrying(..., attempts=...)``) as the benchmark's baseline.
-LEGACY_ATTEMPTS = 5
 _MIN_WAIT = 0.5
 # Tracker writes after submission (lineage edges, Airflow metadata): a few quick tries, then a warning.
 TRACKER_ATTEMPTS = 3
@@ -164,10 +160,43 @@ def call_status(outage: StatusOutage, interval: float, fn: Callable[..., Any], *
     return result
 
 
-def legacy_status_retrying(what: str, max_wait: float, attempts: int = LEGACY_ATTEMPTS) -> Retrying:
-    """The policy before outages were waited out (``attempts`` tries, 0.5 s doubling up to
-    ``max_wait``): the benchmark's baseline only."""
-    return Retrying(**_policy(what, max_wait, attempts))
+class StatusPolls:
+    """One wait's status queries of its app: each asked with ``call_status`` under one ``StatusOutage``
+    (the budget counts from the app's last good answer, across every query of the wait), again every
+    ``interval`` while the scheduler fails. The worker's wait, the sensor's pokes (in poke mode one
+    object spans them) and ``TorchXHook.wait`` each keep one; the triggerer's waits hear answers from
+    the shared poller and keep a ``StatusOutage`` of their own.
+
+    :param ask: the status query (``TorchXHook.status``): an ``AppStatus``, or None for an app the
+        scheduler does not know.
+    :param interval: seconds between queries while the scheduler fails.
+    :param budget: seconds without a good answer (``settings.resolve.outage_budget``).
+    :param logger: where outages are logged (the task's logger).
+    :param clock: monotonic seconds (tests pass their own).
+    """
+
+    def __init__(
+        self,
+        ask: Callable[[str], Any],
+        interval: float,
+        budget: float,
+        logger: Any = log,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ask = ask
+        self.interval = interval
+        self.budget = budget
+        self.log = logger
+        self.clock = clock
+        self.outage: StatusOutage | None = None  # of the app asked last (a new app starts afresh)
+
+    def status(self, app_handle: str) -> Any:
+        """The app's status; ``TorchXSchedulerOutageError`` once the scheduler gave no good answer for
+        ``budget`` seconds."""
+        what = f"Status of {app_handle}"
+        if self.outage is None or self.outage.what != what:
+            self.outage = StatusOutage(what, self.budget, self.log, clock=self.clock)
+        return call_status(self.outage, self.interval, self.ask, app_handle)
 
 
 def _policy(what: str, max_wait: float, attempts: int) -> dict[str, Any]:

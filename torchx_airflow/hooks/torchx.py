@@ -31,7 +31,7 @@ from torchx_airflow.apps import AppHandle
 from torchx_airflow.exceptions import TorchXConfigError, TorchXConnectionError
 from torchx_airflow.hooks import TORCHX_DEFAULT_CONN_ID
 from torchx_airflow.settings.connection import CONN_EXAMPLE, TorchXConnectionSettings
-from torchx_airflow.settings.resolve import resolve
+from torchx_airflow.settings.resolve import outage_budget
 
 if TYPE_CHECKING:
     import threading
@@ -439,12 +439,11 @@ class TorchXHook(BaseHook):
         """
         import time
 
-        from torchx_airflow.retry import StatusOutage, call_status
+        from torchx_airflow.retry import StatusPolls
 
-        budget = resolve("outage_timeout", None, self.settings.outage_timeout)
-        outage = StatusOutage(f"Status of TorchX app {app_handle}", budget)
+        polls = StatusPolls(self.status, wait_interval, outage_budget(None, self.settings))
         while True:
-            status = call_status(outage, wait_interval, self.status, app_handle)
+            status = polls.status(app_handle)
             if status is None or status.is_terminal():
                 return status
             time.sleep(wait_interval)

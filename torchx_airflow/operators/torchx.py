@@ -187,7 +187,9 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
 
     def _outage_budget(self) -> float:
         """``outage_timeout``: the task's, else its connection's, else the site's."""
-        return float(resolve("outage_timeout", self.outage_timeout, self.hook.settings.outage_timeout))
+        from torchx_airflow.settings.resolve import outage_budget
+
+        return outage_budget(self.outage_timeout, self.hook.settings)
 
     def execute(self, context: Context, event: dict[str, Any] | None = None, **parked: Any) -> dict[str, Any]:
         from torchx_airflow.run.lifecycle import ShortCutTaken

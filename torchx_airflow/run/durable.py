@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.exceptions import TorchXError
 from torchx_airflow.run.state import SUBMISSION_KEY
-from torchx_airflow.settings.resolve import resolve
+from torchx_airflow.settings.resolve import outage_budget
 
 if TYPE_CHECKING:
     from torchx_airflow.hooks.torchx import TorchXDryRun, TorchXHook
@@ -37,7 +37,8 @@ class DurableSubmission:
     :param task_id: for messages.
     :param task_log: where to log (the task's logger).
     :param outage_timeout: seconds the lookup of an interrupted submission waits out a scheduler
-        that does not answer (``retry.StatusOutage``); None: ``[torchx] outage_timeout``.
+        that does not answer (``retry.StatusOutage``); None: the connection's, else the site's
+        (``settings.resolve.outage_budget``).
     """
 
     def __init__(
@@ -97,7 +98,10 @@ class DurableSubmission:
         scheduler, token = str(mark["scheduler"]), str(mark["token"])
         since = float(mark.get("since") or 0.0)
         what = f"Finding the job an earlier try submitted to {scheduler}"
-        outage = StatusOutage(what, resolve("outage_timeout", self.outage_timeout, None), self.log)
+        budget = self.outage_timeout
+        outage = StatusOutage(
+            what, outage_budget(None, self.hook.settings) if budget is None else budget, self.log
+        )
         try:
             app_handle = call_status(
                 outage, _LOOKUP_INTERVAL, self.hook.find_submission, scheduler, token, since

@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from torchx.specs import AppStatus
 
     from torchx_airflow.hooks.torchx import TorchXHook
-    from torchx_airflow.retry import StatusOutage
 
 
 def waits_in_triggerer(
@@ -75,28 +74,20 @@ class WorkerWait:
         stream_logs: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        from torchx_airflow.retry import StatusPolls
+
         self.hook = hook
-        self.clock = clock
         self.poll_interval = poll_interval
         self.outage_timeout = outage_timeout
         self.task_log = task_log
         self.stream_logs = stream_logs
-        self._outage: StatusOutage | None = None
-
-    def _outage_of(self, app_handle: str) -> StatusOutage:
-        what = f"Status of {app_handle}"
-        if self._outage is None or self._outage.what != what:
-            from torchx_airflow.retry import StatusOutage
-
-            self._outage = StatusOutage(what, self.outage_timeout, self.task_log, clock=self.clock)
-        return self._outage
+        self.polls = StatusPolls(hook.status, poll_interval, outage_timeout, task_log, clock=clock)
 
     def status(self, app_handle: str) -> AppStatus | None:
         """The app's status (None: unknown to its scheduler), asked again every ``poll_interval``
-        while the scheduler fails, within the outage budget (``retry.call_status``)."""
-        from torchx_airflow.retry import call_status
-
-        return call_status(self._outage_of(app_handle), self.poll_interval, self.hook.status, app_handle)
+        while the scheduler fails, within the outage budget (``retry.StatusPolls``)."""
+        status: AppStatus | None = self.polls.status(app_handle)
+        return status
 
     def until_terminal(self, app_handle: str, replicas: Mapping[str, int]) -> AppStatus:
         """Poll until the app is terminal, writing its replicas' log lines to the task log meanwhile.

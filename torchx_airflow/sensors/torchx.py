@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from torchx_airflow.hooks.torchx import TorchXHook
+    from torchx_airflow.retry import StatusPolls
 
 
 class TorchXAppSensor(BaseSensorOperator):
@@ -81,12 +82,19 @@ class TorchXAppSensor(BaseSensorOperator):
         self.torchx_conn_id = torchx_conn_id
         self.deferrable = deferrable
         self.outage_timeout = check_outage_timeout(outage_timeout, f"Sensor {self.task_id!r}")
-        self._outage: Any = None
 
     def _outage_budget(self) -> float:
-        from torchx_airflow.settings.resolve import resolve
+        from torchx_airflow.settings.resolve import outage_budget
 
-        return resolve("outage_timeout", self.outage_timeout, self.hook.settings.outage_timeout)
+        return outage_budget(self.outage_timeout, self.hook.settings)
+
+    @cached_property
+    def _polls(self) -> StatusPolls:
+        """This execution's status queries: in poke mode the outage budget spans pokes, counted from
+        the last good answer."""
+        from torchx_airflow.retry import StatusPolls
+
+        return StatusPolls(self.hook.status, self.poke_interval, self._outage_budget(), self.log)
 
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
@@ -143,15 +151,10 @@ class TorchXAppSensor(BaseSensorOperator):
 
     def poke(self, context: Context) -> PokeReturnValue:
         from torchx_airflow.apps import SUCCEEDED, check_app_handle, scheduler_of, summarize_status
-        from torchx_airflow.retry import StatusOutage, call_status
 
         app_handle = check_app_handle(self.app_handle)
-
-        if self._outage is None or self._outage.what != f"Status of {app_handle}":
-            # one per sensor execution: in poke mode the budget spans pokes, from the last good answer
-            self._outage = StatusOutage(f"Status of {app_handle}", self._outage_budget(), self.log)
         try:
-            status = call_status(self._outage, self.poke_interval, self.hook.status, app_handle)
+            status = self._polls.status(app_handle)
         finally:
             self.hook.close()
         if status is None:

@@ -35,7 +35,7 @@ from torchx_airflow.apps import AppHandle, summarize_status
 from torchx_airflow.exceptions import TorchXSchedulerOutageError
 from torchx_airflow.hooks.torchx import TorchXHook
 from torchx_airflow.retry import StatusOutage, async_status_retrying, is_retryable
-from torchx_airflow.settings.resolve import resolve
+from torchx_airflow.settings.resolve import outage_budget
 
 _BOOKKEEPING = ("status", "log_cursor")
 # A trigger's event comes no sooner than this after the trigger started. Airflow 3.3 can fail a task
@@ -156,8 +156,9 @@ class TorchXAppTrigger(BaseTrigger):
         # batched status query per interval (triggers/poller.py).
         started = time.monotonic()
         poller = shared_poller(self.torchx_conn_id, AppHandle.parse(self.app_handle).scheduler, self._hook)
+        # the task resolved its budget (settings.resolve.outage_budget) when it deferred
         outage = StatusOutage(
-            f"Status of {self.app_handle}", resolve("outage_timeout", self.outage_timeout, None), self.log
+            f"Status of {self.app_handle}", outage_budget(self.outage_timeout, None), self.log
         )
         async with poller.subscribe(self.app_handle, self.poll_interval) as subscription:
             while True:
