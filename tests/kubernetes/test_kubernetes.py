@@ -104,7 +104,7 @@ def _create_jobs(hook: TorchXHook, seconds: int, count: int) -> list[str]:
     app = _app("")
     app.roles[0].entrypoint, app.roles[0].args = "sleep", [str(seconds)]
     dryrun = hook.dryrun(app)
-    hook.support("kubernetes").before_submit(dryrun.info)  # the label and the checks
+    hook.support("kubernetes").check_request(dryrun.info)  # the label and the checks
     api = client.CustomObjectsApi(config.new_client_from_config(str(STATE / "kubeconfig")))
     prefix = f"k8s-many-{uuid.uuid4().hex[:6]}"
     handles = []

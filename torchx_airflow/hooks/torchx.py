@@ -376,7 +376,7 @@ class TorchXHook(BaseHook):
         from torchx_airflow.schedulers.env import launch_env, swapped_environ
 
         support = self.support(dryrun.scheduler)
-        support.before_submit(dryrun.info)
+        support.check_request(dryrun.info)
         if token is not None:
             support.stamp(dryrun.info, token)
         with _tracker_environ():
@@ -386,7 +386,7 @@ class TorchXHook(BaseHook):
                     app_handle = self._call(lambda: self.runner.schedule(dryrun.info))
             else:
                 app_handle = self._call(lambda: self.runner.schedule(dryrun.info))
-        support.submitted(AppHandle.parse(app_handle).app_id, dryrun.info)
+        support.remember_submission(AppHandle.parse(app_handle).app_id, dryrun.info)
         return app_handle
 
     def statuses(self, app_handles: Iterable[str]) -> dict[str, AppStatus | None]:

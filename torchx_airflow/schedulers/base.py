@@ -159,7 +159,7 @@ class SchedulerSupport:
         """
         return {}
 
-    def before_submit(self, dryrun_info: AppDryRunInfo) -> None:
+    def check_request(self, dryrun_info: AppDryRunInfo) -> None:
         """Last marks and checks on the request just before it is submitted (every submission, with
         or without ``stamp``): raise ``TorchXConfigError`` naming the fix when the scheduler cannot
         take it, so that nothing is left half-submitted. The default does nothing."""
@@ -192,7 +192,7 @@ class SchedulerSupport:
         only, and a tag that moves (``:latest``) is not noticed. The default tells none."""
         return None
 
-    def submitted(self, app_id: str, dryrun_info: AppDryRunInfo) -> None:
+    def remember_submission(self, app_id: str, dryrun_info: AppDryRunInfo) -> None:
         """Called after ``dryrun_info`` was submitted as ``app_id``: remember what later calls need."""
 
     def usage(self, app_id: str) -> dict[str, Any] | None:

@@ -4,7 +4,7 @@ from one list call, the submission mark and the checks before submitting, infras
 TorchX submits each app as a Volcano Job (``batch.volcano.sh/v1alpha1``, one task per replica) and
 asks for one app at a time (``describe`` reads the job's status subresource). Here:
 
-- ``before_submit`` labels the job ``torchx-airflow/managed=true`` and checks, before anything is
+- ``check_request`` labels the job ``torchx-airflow/managed=true`` and checks, before anything is
   created, that the Volcano Job CRD is served, that the cfg's queue exists, and that RBAC lets this
   identity do what the provider will do (create, read, list, delete jobs; read pod logs): an error
   names the fix instead of a job left half-submitted or a wait that can never read its status;
@@ -205,7 +205,7 @@ class KubernetesSupport(SchedulerSupport):
         return str(cfg.get("namespace") or "default")
 
     # --- submitting -------------------------------------------------------------------------------
-    def before_submit(self, dryrun_info: AppDryRunInfo) -> None:
+    def check_request(self, dryrun_info: AppDryRunInfo) -> None:
         """Label the job for the list calls, then check CRD, queue and RBAC (``TorchXConfigError``)."""
         resource = dryrun_info.request.resource
         resource.setdefault("metadata", {}).setdefault("labels", {})[MANAGED_LABEL] = "true"

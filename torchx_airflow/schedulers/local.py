@@ -60,7 +60,7 @@ class LocalSupport(SchedulerSupport):
         self._log_files: dict[tuple[str, str, int, str | None], str] = {}
         self._processes = ProcessWatch()
 
-    def submitted(self, app_id: str, dryrun_info: AppDryRunInfo) -> None:
+    def remember_submission(self, app_id: str, dryrun_info: AppDryRunInfo) -> None:
         try:
             for role, replica, proc in _torchx_replicas(self.runner, self.name, app_id):
                 self._processes.watch(app_id, role, replica, proc)

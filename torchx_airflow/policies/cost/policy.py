@@ -50,7 +50,7 @@ class CostPolicy(RunPolicy):
         self._unread_end = None
         spent = self.spent(run) if run.submission == RESUBMITTED and self.max_cost is not None else 0.0
         try:
-            self._accounting(run).before_submit(app, run.context, spent)
+            self._accounting(run).check_estimate(app, run.context, spent)
         except TorchXCostLimitError as over:
             # opt-in: an approver may let the first submission go over (a resubmission never asks:
             # the task is mid-run by then)
@@ -80,7 +80,7 @@ class CostPolicy(RunPolicy):
 
     def submitted(self, run: TaskRun, app_handle: str) -> None:
         if run.submission != REATTACHED:
-            self._accounting(run).submitted(app_handle, run.context)
+            self._accounting(run).note_submission(app_handle, run.context)
 
     def ended(self, run: TaskRun, app_handle: str, state: str, msg: str) -> None:
         """The ended job's usage (and cost) into the result's fields, the task log and the trackers.

@@ -9,7 +9,7 @@ with a ``reason``), and, when known, ``elapsed_s``, ``cpu_time_s``, ``totals`` (
 total counts). A usage read that fails is a warning and ``source: "unavailable"``, never a failed
 task.
 
-With a price table on the connection (``policies.cost.pricing``), ``before_submit`` estimates the
+With a price table on the connection (``policies.cost.pricing``), ``check_estimate`` estimates the
 cost from the dry run's requested resources x the task's ``expected_duration`` or, without one, the
 elapsed time of the task's last successful run (the ``usage`` in the result XCom of the previous
 successful task instance, as Airflow records it: same DAG, task and map index), and refuses to
@@ -229,7 +229,7 @@ class RunAccounting:
             return None
         return estimate_cost(requested_resources(app), prices, *duration)
 
-    def before_submit(self, app: AppDef, context: Context, spent: float = 0.0) -> CostEstimate | None:
+    def check_estimate(self, app: AppDef, context: Context, spent: float = 0.0) -> CostEstimate | None:
         """The estimate of ``app``'s cost (None without a price table or a duration); raises
         ``TorchXCostLimitError`` when it, plus ``spent`` (by the try's earlier attempts), is over
         ``max_cost``, and ``TorchXConfigError`` when ``max_cost`` is set but no estimate can be
@@ -246,7 +246,7 @@ class RunAccounting:
         check_max_cost(self.task_id, self.max_cost, self.estimate, spent)
         return self.estimate
 
-    def submitted(self, app_handle: str, context: Context) -> None:
+    def note_submission(self, app_handle: str, context: Context) -> None:
         """Remember when ``app_handle`` was submitted: the elapsed time of a scheduler without
         accounting, kept in ``task_state_store`` too for a task that resumes in another process."""
         from torchx_airflow.apps import scheduler_of
