@@ -76,11 +76,6 @@ def scheduler_of(app_handle: str) -> str:
     return AppHandle.parse(app_handle).scheduler
 
 
-def app_id_of(app_handle: str) -> str:
-    """The app id of an app handle: ``12`` for ``slurm://torchx/12``."""
-    return AppHandle.parse(app_handle).app_id
-
-
 def airflow_run_id(dag_id: str, run_id: str, task_id: str, map_index: int | None = -1) -> str:
     """Tracker run id of a task that is not a TorchX app: ``airflow://dag/run/task[/map_index]``."""
     base = f"{AIRFLOW_RUN_SCHEME}://{dag_id}/{run_id}/{task_id}"

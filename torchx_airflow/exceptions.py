@@ -126,6 +126,17 @@ class TorchXAppFailedError(TorchXError):
         self.usage = dict(usage) if usage is not None else None
 
 
+class TorchXTaskKilledError(TorchXAppFailedError):
+    """The task was killed (marked failed or success, cleared, its DAG run deleted, its
+    ``execution_timeout`` passed): its app was cancelled, and nothing more is submitted. The
+    ``error`` a policy's ``closed`` hears for a kill."""
+
+    def __init__(self, app_handle: str | None, reason: str) -> None:
+        shown = app_handle or "(none submitted)"
+        super().__init__(shown, "CANCELLED", f"the task was killed: {reason}")
+        self.reason = reason
+
+
 class TorchXAppTerminalError(TorchXAppFailedError, AirflowFailException):
     """The app ended other than SUCCEEDED where a retry cannot change that (a sensor's wait)."""
 

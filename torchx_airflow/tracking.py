@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from torchx_airflow.apps import airflow_run_id
 from torchx_airflow.hooks.torchx import TorchXHook
@@ -31,7 +31,7 @@ from torchx_airflow.lineage.stores import TrackerSet, normalize_conn_ids
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-    from torchx.tracker.api import AppRun
+    from torchx.tracker.api import AppRun, TrackerBase
 
 __all__ = ["task_app_run", "task_trackers"]
 
@@ -69,5 +69,6 @@ def task_app_run(
     trackers = task_trackers(tracker_conn_ids, torchx_conn_id, f"Task {ti.task_id!r}")
     run_id = airflow_run_id(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
     record_run(trackers.stores, run_id, parent_runs(context), airflow_metadata(context))
-    yield AppRun(id=run_id, backends=trackers.stores)
+    # this package's stores are TorchX trackers (TrackerBase) with more (ProviderStore)
+    yield AppRun(id=run_id, backends=cast("list[TrackerBase]", trackers.stores))
     ti.xcom_push(key=XCOM_RUN_ID, value=run_id)

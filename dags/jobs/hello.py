@@ -22,6 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     print(f"hello, {args.name}! (job {os.environ.get('TORCHX_JOB_ID', '<not launched by torchx>')})")
+    if os.environ.get("TEAM"):  # set by the policy of dags/torchx_team_policy.py
+        print(f"running for team {os.environ['TEAM']}")
     for step in range(args.steps):
         print(f"step {step + 1}/{args.steps}", flush=True)
         time.sleep(args.sleep)

@@ -530,7 +530,7 @@ class UnreachableStore:
     def __repr__(self) -> str:
         return "UnreachableStore()"
 
-    def sources(self, run_id):
+    def graph(self, source_id=None, max_reads=None):
         raise ConnectionError("store is down")
 
 

@@ -115,7 +115,7 @@ class _TorchXDecoratedOperator(DecoratedOperator, TorchXOperator):
         (``policies.cost.approval``); they reach the run here, as ``DecoratedOperator.execute`` passes
         the context alone."""
         self._resolve_app(context)
-        self._lifecycle(context).run.resumed_with = {**parked, "event": event}
+        self._start(context, {**parked, "event": event} if event or parked else None)
         return super().execute(context)
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:

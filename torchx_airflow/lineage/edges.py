@@ -31,7 +31,7 @@ from torchx_airflow.lineage.keys import (
 if TYPE_CHECKING:
     from airflow.sdk import Context
     from torchx.specs import AppDef
-    from torchx.tracker.api import TrackerBase
+    from torchx_airflow_tracker.protocol import ProviderStore
 
     from torchx_airflow.lineage.stores import TrackerSet
 
@@ -115,7 +115,7 @@ def parent_runs(context: Context) -> list[str]:
     return list(dict.fromkeys(parents))
 
 
-def _attempt(what: str, store: TrackerBase, fn: Any) -> bool:
+def _attempt(what: str, store: ProviderStore, fn: Any) -> bool:
     """``fn()`` under the provider's tracker-write policy (``torchx_airflow.retry``); a warning when
     every attempt failed."""
     from torchx_airflow.retry import TRACKER_ATTEMPTS, tracker_retrying
@@ -130,7 +130,7 @@ def _attempt(what: str, store: TrackerBase, fn: Any) -> bool:
 
 
 def record_attempt(
-    store: TrackerBase, run_id: str, attempt: int, previous: str, reason: str, artifact_name: str | None
+    store: ProviderStore, run_id: str, attempt: int, previous: str, reason: str, artifact_name: str | None
 ) -> None:
     """Lineage of a resubmitted job: ``run_id`` (attempt ``attempt``) has the ``previous`` job as its
     source (through its checkpoint ``artifact_name``), and each run says which attempt it is, the
@@ -148,7 +148,7 @@ def record_attempt(
     )
 
 
-def artifact_labels(store: TrackerBase, parents: Sequence[str], app: AppDef) -> dict[str, list[str]]:
+def artifact_labels(store: ProviderStore, parents: Sequence[str], app: AppDef) -> dict[str, list[str]]:
     """Parent -> the names of its artifacts (in ``store``) whose paths ``app`` names in a role's
     arguments or env values; parents with none are left out. A parent whose artifacts cannot be read
     is left out too (its edge stays without a name)."""
@@ -178,7 +178,7 @@ def artifact_labels(store: TrackerBase, parents: Sequence[str], app: AppDef) -> 
 
 
 def record_run(
-    stores: Iterable[TrackerBase],
+    stores: Iterable[ProviderStore],
     run_id: str,
     parents: Sequence[str],
     metadata: Mapping[str, Any],

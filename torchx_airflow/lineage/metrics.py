@@ -28,6 +28,7 @@ from torchx_airflow.lineage.keys import METADATA_PREFIX
 
 if TYPE_CHECKING:
     from torchx.tracker.api import TrackerBase
+    from torchx_airflow_tracker.protocol import ProviderStore
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ def _name_ok(name: object) -> bool:
     return isinstance(name, str) and 0 < len(name) <= MAX_NAME
 
 
-def final_metrics(tracker: TrackerBase, run_id: str) -> dict[str, float]:
+def final_metrics(tracker: TrackerBase | ProviderStore, run_id: str) -> dict[str, float]:
     """The run's final metrics ``{name: value}``; ``{}`` when there are none or the store fails.
 
     A number the job wrote as metadata wins over the last point of a curve of the same name.
@@ -69,7 +70,7 @@ def final_metrics(tracker: TrackerBase, run_id: str) -> dict[str, float]:
 
 
 def metric_series(
-    tracker: TrackerBase, run_id: str, names: Collection[str] | None = None
+    tracker: TrackerBase | ProviderStore, run_id: str, names: Collection[str] | None = None
 ) -> dict[str, list[tuple[int, float]]]:
     """The run's curves ``{name: [(step, value), ...]}`` sorted by step (only ``names`` when given:
     on MLflow the others' histories are not fetched); ``{}`` on failure."""
@@ -80,7 +81,7 @@ def metric_series(
         return {}
 
 
-def curve_names(tracker: TrackerBase, run_id: str) -> list[str]:
+def curve_names(tracker: TrackerBase | ProviderStore, run_id: str) -> list[str]:
     """The names of the run's curves, sorted, without their points where the store keeps them apart
     (MLflow: one read of the run); ``[]`` on failure."""
     try:
@@ -93,21 +94,22 @@ def curve_names(tracker: TrackerBase, run_id: str) -> list[str]:
         return []
 
 
-def _first_store(tracker: TrackerBase) -> TrackerBase:
+def _first_store(tracker: TrackerBase | ProviderStore) -> TrackerBase | ProviderStore:
     """The store results are read from: the first of a ``MultiStore``, else the store itself."""
-    stores = getattr(tracker, "stores", None)
-    if isinstance(stores, list) and stores:
-        return stores[0]
+    from torchx_airflow_tracker.multi_store import MultiStore
+
+    if isinstance(tracker, MultiStore) and tracker.stores:
+        return tracker.stores[0]
     return tracker
 
 
-def _is_mlflow(store: TrackerBase) -> bool:
+def _is_mlflow(store: TrackerBase | ProviderStore) -> bool:
     from torchx_airflow_tracker.mlflow_store import MlflowStore  # imports no mlflow
 
     return isinstance(store, MlflowStore)
 
 
-def _final_metrics(store: TrackerBase, run_id: str) -> dict[str, float]:
+def _final_metrics(store: TrackerBase | ProviderStore, run_id: str) -> dict[str, float]:
     metadata = store.metadata(run_id)
     found: dict[str, float] = {}
     if _is_mlflow(store):
@@ -136,7 +138,7 @@ def _job_keys(values: Mapping[str, object]) -> dict[str, object]:
     return {k: v for k, v in values.items() if isinstance(k, str) and not k.startswith(PROVIDER_PREFIXES)}
 
 
-def _metric_series(store: TrackerBase, run_id: str, names: Collection[str] | None) -> Series:
+def _metric_series(store: TrackerBase | ProviderStore, run_id: str, names: Collection[str] | None) -> Series:
     if _is_mlflow(store):
         return _mlflow_series(store, run_id, names)
     series = _series_from_metadata(store.metadata(run_id))

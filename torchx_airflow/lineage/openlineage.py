@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
     from openlineage.client.event_v2 import Dataset
     from torchx.specs import AppDef, AppStatus
-    from torchx.tracker.api import TrackerBase
+    from torchx_airflow_tracker.protocol import ProviderStore
 
 
 log = logging.getLogger(__name__)
@@ -331,7 +331,7 @@ def run_outcome(
     status: AppStatus | None,
     hook: Any,
     app: AppDef | None,
-    store: TrackerBase | None,
+    store: ProviderStore | None,
 ) -> dict[str, Any]:
     """The run's summary and tracker results: the task's ``result`` if it has one, else the status
     (asked of ``hook`` when not yet terminal) and the tracker ``store``'s results of the run."""
@@ -353,7 +353,7 @@ def run_outcome(
 
 
 def lineage_parents(
-    outcome: Mapping[str, Any], store: TrackerBase | None, task_instance: Any, task: Any
+    outcome: Mapping[str, Any], store: ProviderStore | None, task_instance: Any, task: Any
 ) -> list[str]:
     """The run's parents: the sources its tracker recorded, else asked of Airflow (the nearest
     tracked upstream runs, ``dag_lineage.parent_runs``) when the listener runs in the task's thread."""
@@ -373,7 +373,7 @@ def lineage_parents(
 
 
 def _consumed(
-    parents: Sequence[str], store: TrackerBase | None, app: AppDef | None
+    parents: Sequence[str], store: ProviderStore | None, app: AppDef | None
 ) -> tuple[list[str], dict[str, tuple[str, str]]]:
     """Paths of the parents' artifacts (in the task's first tracker) that the app's arguments or env
     values name, and each one's (artifact name, parent run)."""
@@ -398,7 +398,7 @@ def lineage_on_end(
     scheduler: str | None,
     outcome: Mapping[str, Any],
     parents: Sequence[str],
-    store: TrackerBase | None,
+    store: ProviderStore | None,
     produced: bool,
 ) -> OperatorLineage:
     """COMPLETE (``produced``: the artifacts the run recorded are outputs) or FAIL: handle, state,
@@ -460,7 +460,7 @@ def execution_lineage(
     app: AppDef,
     scheduler: str | None,
     hook: Any,
-    store: TrackerBase | None,
+    store: ProviderStore | None,
     ran: tuple[str | None, Mapping[str, Any] | None, AppStatus | None, Mapping[str, Any]],
     task_instance: Any,
     task: Any,

@@ -34,7 +34,7 @@ from torchx_airflow.lineage.keys import PROMOTED_KEY
 from torchx_airflow.secrets import strip_userinfo
 
 if TYPE_CHECKING:
-    from torchx.tracker.api import TrackerBase
+    from torchx_airflow_tracker.protocol import ProviderStore
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +221,7 @@ def promotion_extra(candidate: Candidate, spec: PromoteSpec, promoted_by: str, w
     }
 
 
-def record_promotion(stores: Sequence[TrackerBase], extra: Mapping[str, Any], asset_uri: str) -> None:
+def record_promotion(stores: Sequence[ProviderStore], extra: Mapping[str, Any], asset_uri: str) -> None:
     """Write on the promoted run (every store of its task) that it was promoted, to what, by whom."""
     record = {
         "asset": asset_uri,
@@ -237,8 +237,8 @@ def record_promotion(stores: Sequence[TrackerBase], extra: Mapping[str, Any], as
 
 def with_final_metrics(
     candidates: Sequence[Candidate],
-    store: TrackerBase | None,
-    read: Callable[[TrackerBase, str], Mapping[str, float]] | None = None,
+    store: ProviderStore | None,
+    read: Callable[[ProviderStore, str], Mapping[str, float]] | None = None,
 ) -> list[Candidate]:
     """Candidates whose metrics include the final metrics the store holds for them (over metadata).
 

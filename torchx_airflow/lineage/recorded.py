@@ -9,14 +9,14 @@ from torchx_airflow.apps import json_safe
 from torchx_airflow.secrets import strip_userinfo
 
 if TYPE_CHECKING:
-    from torchx.tracker.api import TrackerBase
+    from torchx_airflow_tracker.protocol import ProviderStore
 
 log = logging.getLogger(__name__)
 
 NO_RESULTS: dict[str, Any] = {"metadata": {}, "artifacts": {}, "sources": []}
 
 
-def run_results(store: TrackerBase, run_id: str) -> dict[str, Any]:
+def run_results(store: ProviderStore, run_id: str) -> dict[str, Any]:
     """The run's metadata, artifacts and sources from ``store``, JSON-safe, for XCom.
 
     The job writes the paths: a URL's user info (``https://bob:pw@host/x``) is taken out of every

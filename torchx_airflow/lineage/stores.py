@@ -21,7 +21,7 @@ from torchx_airflow.exceptions import TorchXConnectionError, TorchXError
 from torchx_airflow.secrets import mask_secret, strip_userinfo
 
 if TYPE_CHECKING:
-    from torchx.tracker.api import TrackerBase
+    from torchx_airflow_tracker.protocol import ProviderStore
 
 DEFAULT_EXPERIMENT = "torchx"
 ENV_TRACKERS = "TORCHX_TRACKERS"
@@ -57,7 +57,7 @@ class TrackerBackend:
     def __repr__(self) -> str:  # never show the config: it may hold storage secrets
         return f"TrackerBackend(conn_id={self.conn_id!r}, kind={self.kind!r})"
 
-    def open_store(self) -> TrackerBase:
+    def open_store(self) -> ProviderStore:
         """The launcher-side store: same backend as the job's, for lineage and results."""
         if self.kind == "fsspec":
             from torchx_airflow_tracker.fsspec_store import FsspecStore
@@ -179,7 +179,7 @@ class TrackerSet:
         return names
 
     @cached_property
-    def stores(self) -> list[TrackerBase]:
+    def stores(self) -> list[ProviderStore]:
         """Launcher-side stores, one per backend, opened on first use."""
         return [backend.open_store() for backend in self.backends]
 
@@ -193,10 +193,7 @@ class TrackerSet:
         for backend in self.backends:
             try:
                 store = backend.open_store()
-                if backend.kind == "fsspec":  # the job will write there: its root must be creatable
-                    store.create_root()  # type: ignore[attr-defined]
-                if backend.kind == "mlflow":  # an MlflowStore (open_store is typed for every kind)
-                    _ = store.experiment_id  # type: ignore[attr-defined]
+                store.make_ready()  # the job will write there: an fsspec root, an MLflow experiment
             except Exception as e:
                 raise TorchXConnectionError(
                     f"Tracker connection {backend.conn_id!r} ({backend.kind}) cannot be opened: "
@@ -227,7 +224,7 @@ class TrackerSet:
         for backend, store in zip(self.backends, self.stores, strict=True):
             if backend.kind == "mlflow" and backend.config["tracking_uri"].startswith(
                 ("http://", "https://")
-            ):  # an MlflowStore (open_store is typed for every kind)
-                url = store.run_url(run_id)  # type: ignore[attr-defined]
+            ):
+                url = store.run_url(run_id)
                 return None if url is None else strip_userinfo(url)
         return None

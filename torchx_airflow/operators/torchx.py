@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.sdk import ResumableJobMixin
 from airflow.sdk.configuration import conf
@@ -19,7 +19,8 @@ from torchx_airflow.lineage.assets import check_artifact_assets
 from torchx_airflow.lineage.keys import XCOM_APP_HANDLE
 from torchx_airflow.links.torchx import TorchXAppLink, TorchXTrackerLink
 from torchx_airflow.operators.dryrun import TorchXDryRunOperator
-from torchx_airflow.run.kills import KillGuard
+from torchx_airflow.policies.builtin import BUILTIN, builtin_settings
+from torchx_airflow.run.points import check_policies
 from torchx_airflow.run.state import HANDLE_KEY
 from torchx_airflow.settings import checks
 from torchx_airflow.settings.resolve import resolve
@@ -52,7 +53,8 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
     task instance still runs (a deploy) leaves it for the next try (:mod:`torchx_airflow.run.kills`).
 
     Opt-in behaviour joins the run as policies (:mod:`torchx_airflow.run.points`): caching, cost,
-    resubmission, and any in ``policies``. A setting left None is the connection's, else ``[torchx]``'s.
+    resubmission (built from the settings below by :mod:`torchx_airflow.policies.builtin`), and any in
+    ``policies``. A setting left None is the connection's, else ``[torchx]``'s.
 
     :param wait_for_completion: wait until the app is terminal (default); False returns after
         submission (a ``TorchXAppSensor`` can wait on the handle).
@@ -84,7 +86,8 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         anything else is an ``fnmatch`` pattern of whole arguments.
     :param cache_ttl: seconds (or a ``timedelta``) a recorded result is reused.
     :param cache_scope: ``"dag"`` (hits only from the same DAG's runs) or ``"deployment"`` (any DAG's).
-    :param policies: more :class:`~torchx_airflow.run.points.RunPolicy` after the task's own.
+    :param policies: :class:`~torchx_airflow.run.points.RunPolicy` objects of the DAG author's, after
+        the built-in ones (docs: Writing a policy).
     :param durable: keep the handle for the next try to reattach to (``ResumableJobMixin``); False: none.
     Other parameters are those of :class:`TorchXDryRunOperator`.
     """
@@ -121,9 +124,6 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         super().__init__(durable=durable, **kwargs)
         where = f"Task {self.task_id!r}"
         seconds, count = checks.check_positive_seconds, checks.check_count
-        self.expected_duration, self.max_cost = checks.check_cost_params(
-            self.task_id, expected_duration, max_cost
-        )
         self.tracker_timeout = resolve("tracker_timeout", seconds(tracker_timeout, "tracker_timeout", where))
         self.poll_interval = resolve("poll_interval", seconds(poll_interval, "poll_interval", where))
         self.max_log_lines = resolve("max_log_lines", count(max_log_lines, "max_log_lines", where))
@@ -133,88 +133,73 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         self.wait_for_completion, self.stream_logs = wait_for_completion, stream_logs
         self.deferrable = deferrable
         self.outage_timeout = checks.check_outage_timeout(outage_timeout, where)
-        self.infrastructure_retries = checks.check_infrastructure_retries(infrastructure_retries, where)
-        self.checkpoint_artifact = checks.check_checkpoint_artifact(checkpoint_artifact, where)
-        self.checkpoint_root = checks.check_checkpoint_root(checkpoint_root, where)
-        self.cache = checks.check_cache(cache, wait_for_completion, where)
-        self.cache_ignore_args = checks.check_ignore_args(cache_ignore_args, where)
-        self.cache_ttl = checks.check_ttl(cache_ttl, where)
-        self.cache_salt, self.cache_scope = cache_salt, checks.check_cache_scope(cache_scope, where)
-        self.policies, self._kills = tuple(policies), KillGuard()
+        self.cache_salt = cache_salt
+        self.policy_settings = builtin_settings(
+            self.task_id,
+            wait_for_completion,
+            cache=cache,
+            cache_ignore_args=cache_ignore_args,
+            cache_ttl=cache_ttl,
+            cache_scope=cache_scope,
+            max_cost=max_cost,
+            expected_duration=expected_duration,
+            infrastructure_retries=infrastructure_retries,
+            checkpoint_artifact=checkpoint_artifact,
+            checkpoint_root=checkpoint_root,
+        )
+        self.policies = check_policies(policies, BUILTIN, where)
+        #: the execution under way (or the last one): what ``on_kill`` and OpenLineage read
+        self.execution: RunLifecycle | None = None
 
-    def task_policies(self) -> list[RunPolicy]:
-        """The policies of one execution: the task's own, then ``policies``."""
-        from torchx_airflow.policies.cache.policy import CachePolicy
-        from torchx_airflow.policies.cost.policy import CostPolicy
-        from torchx_airflow.policies.resubmission import ResubmissionPolicy
-
-        cache = (self.cache, self.cache_salt, self.cache_ignore_args, self.cache_ttl)
-        resume = (self.infrastructure_retries, self.checkpoint_artifact, self.checkpoint_root)
-        return [
-            CachePolicy(*cache, self.app_parts(), self.artifact_assets, scope=self.cache_scope),
-            CostPolicy(self.max_cost, self.expected_duration),
-            ResubmissionPolicy(*resume),
-            *self.policies,
-        ]
-
-    def _lifecycle(self, context: Context) -> RunLifecycle:
-        """This execution's lifecycle (made once per execution)."""
-        if self.__dict__.get("_lifecycle_of") is None:
+    def _start(self, context: Context, resumed_with: dict[str, Any] | None = None) -> RunLifecycle:
+        """This execution's lifecycle, made once per execution (per context Airflow hands over)."""
+        if self.execution is None or self.execution.run.context is not context:
+            from torchx_airflow.policies.builtin import task_policies
             from torchx_airflow.run.execution import TaskRun
             from torchx_airflow.run.lifecycle import RunLifecycle
             from torchx_airflow.run.waiting import WorkerWait, waits_in_triggerer
+            from torchx_airflow.settings.resolve import outage_budget
 
-            scheduler = self.hook.scheduler
+            hook, where = self.hook, f"Task {self.task_id!r}"
             run = TaskRun(
                 task_id=self.task_id,
                 context=context,
-                hook=self.hook,
+                hook=hook,
                 trackers=lambda: self.trackers,
                 build_app=self.build_app,
+                app_parts=self.app_parts(),
                 durable=self.durable,
                 tracker_timeout=self.tracker_timeout,
                 wait_for_completion=self.wait_for_completion,
-                waits_in_triggerer=waits_in_triggerer(self.hook, scheduler, self.deferrable, True, self.log),
+                waits_in_triggerer=waits_in_triggerer(hook, hook.scheduler, self.deferrable, True, self.log),
                 task_log=self.log,
                 execution_timeout=self.execution_timeout,
+                artifact_assets=self.artifact_assets,
+                render=self.render_template,
             )
-            outage = self._outage_budget()
-            wait = WorkerWait(self.hook, self.poll_interval, outage, self.log, self.stream_logs)
-            self.__dict__["_lifecycle_of"] = RunLifecycle(
-                run, self.task_policies(), self.dryrun, wait, self._kills, outage, self.artifact_assets
+            outage = outage_budget(self.outage_timeout, hook.settings)
+            wait = WorkerWait(hook, self.poll_interval, outage, self.log, self.stream_logs)
+            policies = task_policies(self.policy_settings, self.cache_salt, self.policies, where)
+            self.execution = RunLifecycle(
+                run, policies, self.dryrun, wait, self._defer, outage, self.max_log_lines
             )
-        return self.__dict__["_lifecycle_of"]
-
-    def _outage_budget(self) -> float:
-        """``outage_timeout``: the task's, else its connection's, else the site's."""
-        from torchx_airflow.settings.resolve import outage_budget
-
-        return outage_budget(self.outage_timeout, self.hook.settings)
+        if resumed_with:
+            self.execution.run.resumed_with = resumed_with
+        return self.execution
 
     def execute(self, context: Context, event: dict[str, Any] | None = None, **parked: Any) -> dict[str, Any]:
-        from torchx_airflow.run.lifecycle import ShortCutTaken
-        from torchx_airflow.run.waiting import check_leavable
-
-        try:
-            check_leavable(self.hook, self.hook.scheduler, self.wait_for_completion)
-            with self._kills.running(context["ti"]):
-                vars(self._lifecycle(context).run).setdefault("resumed_with", {**parked, "event": event})
-                self._lifecycle(context).durable().recover()  # a try that died submitting left a mark
-                try:
-                    return self.execute_resumable(context)
-                except ShortCutTaken as taken:  # a policy's result: nothing was submitted
-                    return taken.short_cut.result
-        finally:
-            self.hook.close()
+        """Submit (or reattach) and wait; ``event`` and ``parked``: an approver's answer resuming the
+        task and what it parked with (``policies.cost.approval``)."""
+        execution = self._start(context, {**parked, "event": event} if event or parked else None)
+        return execution.execute(lambda: self.execute_resumable(context))
 
     # ResumableJobMixin: submit once, remember the handle, reattach on the next try
 
     def submit_job(self, context: Context) -> str:
-        return self._lifecycle(context).submit_job()
+        return self._start(context).submit_job()
 
     def get_job_status(self, external_id: Any, context: Context) -> str:
-        status = self._lifecycle(context).status_of_handle(str(external_id))
-        return status.state.name if status is not None else "NOT_FOUND"
+        return self._start(context).status_name(str(external_id))
 
     def is_job_active(self, status: str) -> bool:
         return status in _ACTIVE_STATES
@@ -224,34 +209,16 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
 
     # ResumableJobMixin.execute returns this method's value on a reattach, though it declares None
     def poll_until_complete(self, external_id: Any, context: Context) -> dict[str, Any]:  # type: ignore[override]
-        lifecycle, app_handle = self._lifecycle(context), str(external_id)
-        if lifecycle.app_handle != app_handle:
-            lifecycle.reattached(app_handle)
-        run = lifecycle.run
-        if not self.wait_for_completion:
-            lifecycle.status_of_handle(app_handle)
-            return lifecycle.job_result(app_handle)
-        if run.waits_in_triggerer:
-            # Check once before deferring: an app already done (a quick job, a reattach after it
-            # ended) finishes here, printing its logs, with no round trip through the triggerer.
-            status = lifecycle.status_of_handle(app_handle)
-            if status is None or not status.is_terminal():
-                self._defer(app_handle, context)
-            self._print_logs(app_handle, {})
-        else:
-            status = lifecycle.wait_in_worker(app_handle)
-        if status is not None and (resubmitted := lifecycle.ended(app_handle, status.state.name, status.msg)):
-            return self.poll_until_complete(resubmitted, context)
-        return lifecycle.job_result(app_handle)
+        return self._start(context).wait_until_done(str(external_id))
 
     def get_job_result(self, external_id: Any, context: Context) -> dict[str, Any]:
-        return self._lifecycle(context).job_result(str(external_id))
+        return self._start(context).job_result(str(external_id))
 
-    def _defer(self, app_handle: str, context: Context) -> None:
+    def _defer(self, app_handle: str, execution: RunLifecycle) -> NoReturn:
         from torchx_airflow.apps import role_replicas
         from torchx_airflow.triggers.torchx import TorchXAppTrigger
 
-        run = self._lifecycle(context).run
+        run = execution.run
         self.log.info("Waiting for TorchX app %s in the triggerer", app_handle)
         self.defer(
             trigger=TorchXAppTrigger(
@@ -262,41 +229,21 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
                 log_cursor={},
                 log_replicas=role_replicas(run.app) if self.stream_logs else None,
                 tracker_conn_ids=self.trackers.conn_ids,
-                outage_timeout=self._outage_budget(),
+                outage_timeout=execution.outage_timeout,
             ),
             method_name="execute_complete",
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
         """Resume after the trigger's event: show the app's logs, then succeed or fail with its state."""
-        from torchx_airflow.triggers.torchx import resumed_app
-
-        try:
-            lifecycle = self._lifecycle(context)
-            with self._kills.running(context["ti"]):
-                kind, app_handle, status = resumed_app(event)
-                lifecycle.app_handle = app_handle  # published before the deferral
-                with self._kills.only_waiting():
-                    self._print_logs(app_handle, event)
-                outcome = lifecycle.resume(kind, app_handle, status)
-                if isinstance(outcome, str):  # a job resubmitted in its place: wait (deferred) again
-                    return self.poll_until_complete(outcome, context)
-                return outcome
-        finally:
-            self.hook.close()
-
-    def _print_logs(self, app_handle: str, event: dict[str, Any] | None) -> None:
-        cursor = (event or {}).get("log_cursor") or {}
-        self.__dict__["_lifecycle_of"].print_logs(app_handle, cursor, self.max_log_lines)
+        return self._start(context).resume(event)
 
     def on_kill(self) -> None:
         """Cancel the app when a person kills the task (marked failed or success, cleared) or its
         ``execution_timeout`` passes; never when only this process goes away (a deploy's SIGTERM):
         the task instance's state decides (``run.kills.KillGuard``)."""
-        lifecycle = self.__dict__.get("_lifecycle_of")
-        if lifecycle is not None and lifecycle.app_handle is not None:  # else nothing was submitted yet
-            outlives = self.hook.apps_outlive_launcher()
-            self._kills.on_kill(lifecycle.app_handle, self.hook.cancel, self.log, outlives)
+        if self.execution is not None:
+            self.execution.kill()
 
     # OpenLineage (apache-airflow-providers-openlineage calls these; see torchx_airflow.lineage.openlineage)
 
@@ -304,8 +251,8 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         """``(app, scheduler, hook, first store, lifecycle)`` of this execution, none of them made for
         lineage: the app as it will be built when START comes before execute (no tracker opened)."""
         hook, trackers = self.__dict__.get("hook"), self.__dict__.get("trackers")
-        lifecycle = self.__dict__.get("_lifecycle_of")
-        app = (lifecycle.run.__dict__.get("app") if lifecycle else None) or self.build_app_with({})
+        lifecycle = self.execution
+        app = (lifecycle.run.app_if_built if lifecycle else None) or self.build_app_with({})
         scheduler = hook.scheduler if hook is not None else (self.scheduler or None)
         return app, scheduler, hook, trackers.stores[0] if trackers else None, lifecycle
 

@@ -25,7 +25,7 @@ from torchx_airflow.plugins.usage_view import RunUsage
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
-    from torchx.tracker.api import TrackerBase
+    from torchx_airflow_tracker.protocol import ProviderStore
 
 log = logging.getLogger(__name__)
 
@@ -195,15 +195,14 @@ def tracker_groups(tasks: Sequence[TrackedTask]) -> tuple[list[TrackerGroup], li
 MAX_METADATA_ENTRY_BYTES = 8 << 20
 
 
-def bounded(store: Any) -> Any:
-    """``store`` reading each of its entries up to ``MAX_METADATA_ENTRY_BYTES`` (fsspec stores; an
-    entry over it is skipped and named in ``store.oversized``)."""
-    if hasattr(store, "max_entry_bytes"):
-        store.max_entry_bytes = MAX_METADATA_ENTRY_BYTES
+def bounded(store: ProviderStore) -> ProviderStore:
+    """``store`` reading each of its entries up to ``MAX_METADATA_ENTRY_BYTES`` (an entry over it is
+    skipped and named in ``store.oversized``)."""
+    store.max_entry_bytes = MAX_METADATA_ENTRY_BYTES
     return store
 
 
-def open_first_store(conn_ids: Sequence[str]) -> TrackerBase:
+def open_first_store(conn_ids: Sequence[str]) -> ProviderStore:
     """The store a group's lineage is read from: its first tracker, as the operator reads results;
     its entries read up to a bound (``bounded``)."""
     from torchx_airflow.hooks.tracker import trackers_for

@@ -48,7 +48,7 @@ from torchx_airflow.plugins.walk import parallel_map
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
-    from torchx.tracker.api import TrackerBase
+    from torchx_airflow_tracker.protocol import ProviderStore
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ class Comparison:
     task_id: str
     dag_run_id: str | None  # None: the last runs of the task across DAG runs
     rows: list[CompareRow]
-    stores: list[TrackerBase] = field(default_factory=list)
+    stores: list[ProviderStore] = field(default_factory=list)
     trackers: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     rows_not_shown: int = 0
@@ -187,7 +187,7 @@ class Comparison:
         rows = [row for row in (self.row(k) for k in keys[:MAX_CURVES]) if row is not None]
         readable = {r.key: r for r in rows if r.torchx_run_id and r.store_index is not None}
 
-        def store_of(key: str) -> tuple[TrackerBase, str]:
+        def store_of(key: str) -> tuple[ProviderStore, str]:
             row = readable[key]
             return self.stores[row.store_index or 0], str(row.torchx_run_id)
 
@@ -353,7 +353,7 @@ def load_comparison(
     dag_run_id: str | None,
     last: int = DEFAULT_LAST,
     lineage_prefix: str = "",
-    open_store: Callable[[Sequence[str]], TrackerBase] = open_first_store,
+    open_store: Callable[[Sequence[str]], ProviderStore] = open_first_store,
 ) -> Comparison:
     """The task's rows with their metrics: a few bulk queries, then one metrics read per run."""
     instances, not_shown = _task_instances(session, dag_id, task_id, dag_run_id, last)
@@ -371,7 +371,7 @@ def fill_comparison(
     xcoms: Mapping[tuple[str, str, int], Mapping[str, Any]],
     rendered: Mapping[tuple[str, int], Mapping[str, Any]],
     lineage_prefix: str,
-    open_store: Callable[[Sequence[str]], TrackerBase],
+    open_store: Callable[[Sequence[str]], ProviderStore],
 ) -> None:
     """The rows of ``instances`` (``run_id``, ``map_index``, ``state``, ``try_number``, ``duration``)
     from their XComs and rendered fields, then their final metrics from their stores."""
@@ -432,7 +432,7 @@ def _row(
 def _read_metrics(
     comparison: Comparison,
     tracked: list[tuple[CompareRow, TrackedTask]],
-    open_store: Callable[[Sequence[str]], TrackerBase],
+    open_store: Callable[[Sequence[str]], ProviderStore],
 ) -> None:
     """Each row's final metrics from its task's first tracker; a tracker that cannot be opened is
     a warning, not a failed view."""
@@ -463,7 +463,7 @@ def _read_metrics(
     for key, metrics in zip(by_key, parallel_map(read, list(by_key)), strict=True):
         by_key[key].metrics = metrics
     for row in readable:
-        skipped = getattr(comparison.stores[row.store_index or 0], "oversized", {}).get(row.torchx_run_id)
+        skipped = comparison.stores[row.store_index or 0].oversized.get(str(row.torchx_run_id))
         if skipped:
             comparison.warnings.append(
                 f"{row.label}: {len(skipped)} store entries over {MAX_METADATA_ENTRY_BYTES} bytes were not "

@@ -27,7 +27,7 @@ from torchx_airflow.plugins.usage_view import RunUsage, usage_total
 from torchx_airflow.plugins.walk import GRAPH_READS, Walk, parallel_map
 
 if TYPE_CHECKING:
-    from torchx.tracker.api import TrackerBase
+    from torchx_airflow_tracker.protocol import ProviderStore
 
 log = logging.getLogger(__name__)
 
@@ -303,7 +303,7 @@ def _airflow_task(metadata: Mapping[str, object]) -> AirflowTask | None:
 Details = tuple[AirflowTask | None, list[Artifact], RunUsage | None, str | None]
 
 
-def _details(store: TrackerBase, run_id: str) -> Details:
+def _details(store: ProviderStore, run_id: str) -> Details:
     """A run's Airflow task, artifacts, usage and, for a cache hit, the run it was cached from."""
     metadata = store.metadata(run_id)
     artifacts = [Artifact(run_id, name, str(a.path)) for name, a in sorted(store.artifacts(run_id).items())]
@@ -313,7 +313,7 @@ def _details(store: TrackerBase, run_id: str) -> Details:
 
 
 def build_graph(
-    stores_and_seeds: Sequence[tuple[TrackerBase, Sequence[Seed]]], depth: int, max_runs: int = MAX_RUNS
+    stores_and_seeds: Sequence[tuple[ProviderStore, Sequence[Seed]]], depth: int, max_runs: int = MAX_RUNS
 ) -> LineageGraph:
     """The lineage graph around the seeds, read from each store (a task's first tracker store).
 
@@ -358,7 +358,7 @@ def build_graph(
     return graph
 
 
-def _unread_warning(store: TrackerBase, unread: int) -> str:
+def _unread_warning(store: ProviderStore, unread: int) -> str:
     return (
         f"Tracker store {store!r}: {unread} entries without an index were not read (a view reads at "
         f"most {GRAPH_READS} beyond the store's listing), so edges of runs written without this "
@@ -382,7 +382,7 @@ def _mark_seed(node: RunNode, seed: Seed) -> None:
 
 
 def _read_store(
-    store: TrackerBase, seeds: Sequence[Seed], depth: int, known: Mapping[str, RunNode], budget: int
+    store: ProviderStore, seeds: Sequence[Seed], depth: int, known: Mapping[str, RunNode], budget: int
 ) -> tuple[Walk, dict[str, Details]]:
     """One store's walk from its seeds, and the details of the runs not already known."""
     walk = Walk(store, depth, budget=max(0, budget))

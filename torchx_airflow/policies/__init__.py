@@ -1,1 +1,1 @@
-"""Opt-in behaviour of a task's run, each policy joining it at four points (``run.points.RunPolicy``)."""
+"""Opt-in behaviour of a task's run, each policy joining it at the points of ``run.points.RunPolicy``."""

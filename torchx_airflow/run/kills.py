@@ -207,6 +207,7 @@ class KillGuard:
         self.timed_out = False
         self.waiting = False
         self.killed = False  # a kill was judged a person's or Airflow's: submit nothing more
+        self.reason = ""  # why, once killed
 
     @contextlib.contextmanager
     def running(self, ti: Any) -> Iterator[None]:
@@ -246,7 +247,7 @@ class KillGuard:
         else:
             verdict = kill_verdict(self.key)
         if verdict.cancel:
-            self.killed = True
+            self.killed, self.reason = True, verdict.reason
             task_log.info("Task killed (%s): cancelling TorchX app %s", verdict.reason, app_handle)
             cancel(app_handle)
             return

@@ -1,32 +1,35 @@
-"""The life of one task's TorchX app: submit (or short-cut), wait, end, finish; the policies at four points.
+"""The life of one task execution's app: prepare, submit (or short-cut, or reattach), wait, end,
+resubmit, finish, close; the policies at the points of ``run.points``.
 
-``RunLifecycle`` is what ``TorchXOperator`` drives; the operator only maps Airflow's calls
-(``ResumableJobMixin``, ``defer``, ``execute_complete``, ``on_kill``) onto it. Opt-in behaviour
-(caching, resubmission, cost) joins at the points of ``run.points``; nothing here reads a policy's
+``RunLifecycle`` owns the loop: a job that ends is heard by the policies, a job one of them asks for
+in its place is submitted and waited on, in the worker or deferred to the triggerer and resumed
+here. ``TorchXOperator`` only maps Airflow's calls onto it: ``execute`` is ``execute(start)`` with
+``ResumableJobMixin``'s ``submit_job``, ``get_job_status``, ``poll_until_complete`` and
+``get_job_result`` as ``submit_job``, ``status_name``, ``wait_until_done`` and ``job_result``;
+``execute_complete`` is ``resume(event)``; ``on_kill`` is ``kill()``. Nothing here reads a policy's
 settings or knows which policies there are.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from torchx_airflow.apps import SUCCEEDED, role_replicas, scheduler_of
-from torchx_airflow.exceptions import TorchXAppFailedError
+from torchx_airflow.exceptions import TorchXAppFailedError, TorchXConfigError, TorchXTaskKilledError
 from torchx_airflow.lineage.keys import XCOM_APP_HANDLE, XCOM_SUBMITTED_APP
 from torchx_airflow.run.durable import DurableSubmission
 from torchx_airflow.run.execution import NEW, REATTACHED, RESUBMITTED
-from torchx_airflow.run.points import NextAttempt, ShortCut
+from torchx_airflow.run.kills import KillGuard
+from torchx_airflow.run.points import NextAttempt, ShortCut, policy_name
 from torchx_airflow.run.results import finish_run, status_summary
 from torchx_airflow.run.state import HANDLE_KEY
 
 if TYPE_CHECKING:
-    from airflow.sdk import Asset, AssetAlias
     from torchx.specs import AppDef, AppStatus
 
     from torchx_airflow.hooks.torchx import TorchXDryRun
     from torchx_airflow.run.execution import TaskRun
-    from torchx_airflow.run.kills import KillGuard
     from torchx_airflow.run.points import RunPolicy
     from torchx_airflow.run.waiting import WorkerWait
 
@@ -43,12 +46,13 @@ class RunLifecycle:
     """One execution's app: what it submitted or reattached to, its last status, its result.
 
     :param run: the execution (``TaskRun``).
-    :param policies: the task's policies, in the order they join each point.
+    :param policies: the task's policies, in the order they join each point (``points.in_order``).
     :param dryrun: dry-runs an app (logs the request); ``resubmits`` as ``TorchXHook.dryrun``.
     :param wait: the worker's wait (status polls within the outage budget, logs streamed).
-    :param kills: the task's kill guard (a kill while resubmitting submits nothing more).
+    :param defer: defers the wait on a handle of this lifecycle's to the triggerer (raises
+        ``TaskDeferred``).
     :param outage_timeout: the lookup budget of an interrupted submission.
-    :param artifact_assets: artifact name -> asset, for the asset events of a SUCCEEDED app.
+    :param max_log_lines: after a deferred wait, at most this many last lines per replica and stream.
     """
 
     def __init__(
@@ -57,24 +61,138 @@ class RunLifecycle:
         policies: Sequence[RunPolicy],
         dryrun: Callable[..., tuple[TorchXDryRun, dict[str, Any]]],
         wait: WorkerWait,
-        kills: KillGuard,
+        defer: Callable[[str, RunLifecycle], NoReturn],
         outage_timeout: float,
-        artifact_assets: Any,
+        max_log_lines: int,
     ) -> None:
         self.run = run
         self.policies = tuple(policies)
         self._dryrun = dryrun
         self.wait = wait
-        self.kills = kills
+        self._defer = defer
+        self.kills = KillGuard()
         self.outage_timeout = outage_timeout
-        self.artifact_assets: dict[str, Asset | AssetAlias] = dict(artifact_assets or {})
+        self.max_log_lines = max_log_lines
         self.app_handle: str | None = None
         self.status: AppStatus | None = None
         self.status_of: str | None = None  # the handle ``status`` is of
         self.result: dict[str, Any] | None = None
-        self._ended: set[str] = set()
+        self._heard: set[str] = set()  # handles whose end the policies heard (once each)
+        self._closed = False
 
-    # durable submission
+    # the execution as a whole
+
+    def execute(self, start: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """This execution from its start: ``start`` submits or reattaches and waits
+        (``ResumableJobMixin.execute_resumable``), after the policies prepared the app and a
+        submission an earlier try left unrecorded was recovered."""
+        from torchx_airflow.run.waiting import check_leavable
+
+        def body() -> dict[str, Any]:
+            check_leavable(self.run.hook, self.run.hook.scheduler, self.run.wait_for_completion)
+            self.prepare_app()
+            self.durable().recover()  # a try that died submitting left a mark
+            return start()
+
+        return self._through(body)
+
+    def resume(self, event: Any) -> dict[str, Any]:
+        """This execution after the trigger's ``event``: the app's logs, then its end."""
+
+        def body() -> dict[str, Any]:
+            from torchx_airflow.run.waiting import resumed_app
+
+            self.prepare_app()
+            kind, app_handle, status = resumed_app(event)
+            self.app_handle = app_handle  # published before the deferral
+            with self.kills.only_waiting():
+                self.print_logs(app_handle, (event or {}).get("log_cursor") or {})
+            if kind == "timeout":
+                state, message = status.get("state", "CANCELLED"), status.get("message", "")
+                raise TorchXAppFailedError(app_handle, state, message, "", {})
+            replaced_by = self.job_ended(app_handle, str(status.get("state", "")), str(status.get("msg", "")))
+            if replaced_by is not None:
+                return self.wait_until_done(replaced_by)
+            self.result = self.finish(app_handle, status, True)
+            return self.result
+
+        return self._through(body)
+
+    def _through(self, body: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """Run ``body`` as (the rest of) this execution; whatever ends it closes it, once: a result, a
+        policy's short cut, an error, a kill or a timeout. A deferral or a wait for an approver is no
+        end: the execution goes on when the task resumes."""
+        from airflow.sdk.exceptions import AirflowTaskTimeout, TaskAwaitingInput, TaskDeferred
+
+        try:
+            try:
+                with self.kills.running(self.run.ti):
+                    try:
+                        result = body()
+                    except ShortCutTaken as taken:  # a policy's result: nothing was submitted
+                        result = taken.short_cut.result
+            except (TaskDeferred, TaskAwaitingInput):
+                raise
+            except BaseException as error:
+                if isinstance(error, AirflowTaskTimeout):  # the kill guard noted it: cancel first
+                    self.kill()
+                self.close(error=error)
+                raise
+            self.close(result=result)
+            return result
+        finally:
+            self.run.hook.close()
+
+    def close(self, *, result: dict[str, Any] | None = None, error: BaseException | None = None) -> None:
+        """The policies' ``closed``, once per execution; a policy's error is logged, never the task's."""
+        if self._closed:
+            return
+        self._closed = True
+        for policy in self.policies:
+            try:
+                policy.closed(self.run, result=result, error=error)
+            except Exception as e:
+                self.run.log.warning(
+                    "Policy %s failed when the task's execution ended: %s: %s",
+                    policy_name(policy),
+                    type(e).__name__,
+                    e,
+                )
+
+    def kill(self) -> None:
+        """``on_kill``: cancel the app if the task was killed (``run.kills``), which ends the
+        execution (``closed`` hears ``TorchXTaskKilledError``); else leave it for the next try (and
+        end a wait under way: ``TorchXWaitInterruptedError``)."""
+        if self.app_handle is None or self.kills.killed:  # nothing submitted yet, or cancelled already
+            return
+        hook = self.run.hook
+        self.kills.on_kill(self.app_handle, hook.cancel, self.run.log, hook.apps_outlive_launcher())
+        if self.kills.killed and not self.kills.timed_out:  # a timeout closes with its own error
+            self.close(error=TorchXTaskKilledError(self.app_handle, self.kills.reason))
+
+    # the app
+
+    def prepare_app(self) -> AppDef:
+        """The app as every policy's ``prepare`` left it, each given what the one before returned;
+        it becomes ``run.app``."""
+        import copy
+
+        from torchx.specs import AppDef
+
+        run = self.run
+        app = copy.deepcopy(run.built_app)  # run.built_app stays as built, whatever a policy mutates
+        for policy in self.policies:
+            prepared = policy.prepare(run, app=app)
+            if prepared is None:
+                continue
+            if not isinstance(prepared, AppDef):
+                raise TorchXConfigError(
+                    f"{run.where}: policy {policy_name(policy)!r} returned {prepared!r} from prepare. Return "
+                    "a torchx.specs.AppDef (the app, changed) or None (unchanged). Nothing was submitted."
+                )
+            app = prepared
+        run.replace_app(app)
+        return app
 
     def durable(self) -> DurableSubmission:
         run = self.run
@@ -91,36 +209,44 @@ class RunLifecycle:
         self.status, self.status_of = self.wait.status(app_handle), app_handle
         return self.status
 
+    def status_name(self, app_handle: str) -> str:
+        """``get_job_status``: the state of an earlier try's job, or ``NOT_FOUND``."""
+        status = self.status_of_handle(app_handle)
+        return status.state.name if status is not None else "NOT_FOUND"
+
     # submit
 
     def submit_job(self) -> str:
-        """The job for a task with no running one: an earlier try's job that the infrastructure
-        ended (its status was just asked) continues as its next attempt; else a new submission."""
+        """``submit_job``: the job of a task with no running one. An earlier try's job that just
+        answered ended (``status_name``) is heard first: a policy may submit its next attempt."""
         if self.status is not None and self.status_of is not None:
-            state, msg = self.status.state.name, self.status.msg
-            resubmitted = self.ended(self.status_of, state, msg, earlier_try=True)
-            if resubmitted is not None:
-                return resubmitted
+            replaced_by = self.job_ended(self.status_of, self.status.state.name, self.status.msg, True)
+            if replaced_by is not None:
+                return replaced_by
         return self.submit(self.run.app, NEW)
 
-    def submit(self, app: AppDef, submission: str) -> str:
+    def submit(self, app: AppDef, submission: str, attempt: NextAttempt | None = None) -> str:
         """Submit ``app`` after the policies' ``before_submit`` (a ``ShortCut`` ends the task with its
-        result: ``ShortCutTaken``), persist its handle, and tell the policies (``submitted``)."""
+        result: ``ShortCutTaken``), persist its handle, record the attempt, tell the policies."""
         run = self.run
         run.submission = submission
+        if submission == NEW:
+            run.result_fields.clear()  # what an earlier try's job left: a new job has its own
         for policy in self.policies:
-            short_cut = policy.before_submit(run, app)
+            short_cut = policy.before_submit(run, app=app)
             if short_cut is not None:
                 self.result = short_cut.result
                 self.publish(short_cut.app_handle)
                 raise ShortCutTaken(short_cut)
-        resubmits = run.wait_for_completion and any(p.resubmits(run) for p in self.policies)
-        dryrun, _ = self._dryrun(app, resubmits=resubmits)
+        dryrun, _ = self._dryrun(app, resubmits=run.wait_for_completion and run.task_resubmits)
         run.trackers.check_within(run.tracker_timeout, run.where)
         self._refuse_if_killed(None)
         app_handle = self.durable().submit(dryrun)
         self._refuse_if_killed(app_handle)  # killed while sbatch ran: on_kill cancelled the job before
         run.log.info("Submitted TorchX app %s", app_handle)
+        if submission == NEW:
+            run.attempts.reset()
+        run.attempts.record_start(app_handle, attempt.details.get("resume_from") if attempt else None)
         self.publish(app_handle)
         self._joined(app_handle)
         return app_handle
@@ -139,7 +265,7 @@ class RunLifecycle:
 
         run = self.run
         for policy in self.policies:
-            policy.submitted(run, app_handle)
+            policy.submitted(run, app_handle=app_handle)
         self._record_app()
         record_task_run(run.trackers, app_handle, run.context, run.tracker_timeout, run.log, run.app)
 
@@ -161,61 +287,70 @@ class RunLifecycle:
             return
         if app_handle is not None:
             self.run.hook.cancel(app_handle)
-        raise TorchXAppFailedError(
-            app_handle or str(self.app_handle), "CANCELLED", "the task was killed while resubmitting", "", {}
-        )
+        raise TorchXTaskKilledError(app_handle or self.app_handle, self.kills.reason)
 
-    # end
+    # wait and end
 
-    def ended(self, app_handle: str, state: str, msg: str, earlier_try: bool = False) -> str | None:
-        """The job ended: every policy hears of it once (``earlier_try``: an earlier try's job this
-        try found ended, told as ``run.earlier_try_end``); the handle of the job submitted in its
-        place (a ``NextAttempt``), or None when the task ends with this job."""
-        if app_handle in self._ended:
+    def wait_until_done(self, app_handle: str) -> dict[str, Any]:
+        """``poll_until_complete``: wait for ``app_handle`` (an earlier try's: reattached), let the
+        policies hear its end, wait for the job one of them submits in its place, and so on; the
+        task's result. A deferred wait continues in ``resume``."""
+        if self.app_handle != app_handle:
+            self.reattached(app_handle)
+        while self.run.wait_for_completion:
+            status = self._wait(app_handle)
+            replaced_by = self.job_ended(app_handle, status.state.name, status.msg)
+            if replaced_by is None:
+                break
+            app_handle = replaced_by
+        return self.job_result(app_handle)
+
+    def _wait(self, app_handle: str) -> AppStatus:
+        """The app's terminal status, waited for in the worker; or, in the triggerer, the wait is
+        deferred unless one check finds it done already (a quick job, a reattach after its end)."""
+        if not self.run.waits_in_triggerer:
+            with self.kills.only_waiting():
+                status = self.wait.until_terminal(app_handle, role_replicas(self.run.app))
+            self.status, self.status_of = status, app_handle
+            return status
+        checked = self.status_of_handle(app_handle)
+        if checked is None or not checked.is_terminal():
+            self._defer(app_handle, self)
+        self.print_logs(app_handle, {})
+        return checked
+
+    def job_ended(self, app_handle: str, state: str, msg: str, earlier_try: bool = False) -> str | None:
+        """The job ended: the policies hear it once (``earlier_try``: an earlier try's job this try
+        found ended); the handle of the job a ``NextAttempt`` submits in its place, or None."""
+        if app_handle in self._heard:
             return None
-        self._ended.add(app_handle)
+        self._heard.add(app_handle)
+        run = self.run
+        run.attempts.record_end(app_handle, state)
         next_attempt: NextAttempt | None = None
-        self.run.earlier_try_end = earlier_try
-        try:
-            for policy in self.policies:
-                answer = policy.ended(self.run, app_handle, state, msg)
-                next_attempt = next_attempt or answer
-        finally:
-            self.run.earlier_try_end = False
+        for policy in self.policies:
+            answer = policy.ended(run, app_handle=app_handle, state=state, msg=msg, earlier_try=earlier_try)
+            next_attempt = next_attempt or answer
         if next_attempt is None or state == SUCCEEDED:
+            run.result_fields["attempts"] = run.attempts.summary(app_handle, state)
             return None
-        self.run.replace_app(next_attempt.app)
+        # what the ended job used (and cost) stays with its attempt: the result's usage is the last job's
+        spent = {key: run.result_fields[key] for key in ("usage", "cost") if key in run.result_fields}
+        run.attempts.annotate(app_handle, reason=next_attempt.reason, **spent)
+        run.replace_app(next_attempt.app)
         self.status, self.status_of, self.result = None, None, None
-        return self.submit(next_attempt.app, RESUBMITTED)
+        return self.submit(next_attempt.app, RESUBMITTED, next_attempt)
 
-    def wait_in_worker(self, app_handle: str) -> AppStatus:
-        """Poll until the app is terminal, streaming its logs (``run.waiting.WorkerWait``)."""
-        with self.kills.only_waiting():
-            status = self.wait.until_terminal(app_handle, role_replicas(self.run.app))
-        self.status, self.status_of = status, app_handle
-        return status
-
-    def print_logs(self, app_handle: str, cursor: Mapping[str, Any], max_lines: int) -> None:
-        """After a deferred wait: the last ``max_lines`` lines of every replica from ``cursor`` on."""
+    def print_logs(self, app_handle: str, cursor: Mapping[str, Any]) -> None:
+        """After a deferred wait: the last ``max_log_lines`` lines of every replica from ``cursor`` on."""
         if not self.wait.stream_logs:
             return
         from torchx_airflow.run.logs import print_app_logs
 
         replicas = role_replicas(self.run.app)
-        print_app_logs(self.run.hook, app_handle, replicas, self.run.log, cursor=cursor, max_lines=max_lines)
-
-    def resume(self, kind: str, app_handle: str, status: dict[str, Any]) -> dict[str, Any] | str:
-        """After a deferred wait's event: the task's result, or the handle of a job resubmitted in
-        place of the one that ended; raises for a timeout or an app that did not succeed."""
-        if kind == "timeout":
-            state, message = status.get("state", "CANCELLED"), status.get("message", "")
-            raise TorchXAppFailedError(app_handle, state, message, "", {})
-        state, msg = str(status.get("state", "")), str(status.get("msg", ""))
-        resubmitted = self.ended(app_handle, state, msg)
-        if resubmitted is not None:
-            return resubmitted
-        self.result = self.finish(app_handle, status, True)
-        return self.result
+        print_app_logs(
+            self.run.hook, app_handle, replicas, self.run.log, cursor=cursor, max_lines=self.max_log_lines
+        )
 
     def outcome(self) -> tuple[str | None, dict[str, Any] | None, AppStatus | None, dict[str, Any]]:
         """``(app handle, result, last status, the fields policies added when the app ended)``."""
@@ -224,14 +359,18 @@ class RunLifecycle:
     # finish
 
     def job_result(self, app_handle: str) -> dict[str, Any]:
-        """The task's result for ``app_handle`` (made once), from its last status."""
+        """``get_job_result``: the task's result (made once), from the app's last status; an earlier
+        try's job found SUCCEEDED is heard as ended first."""
         if self.result is None:
             status = self.status if self.status_of == app_handle else None
             if status is None:
                 status = self.status_of_handle(app_handle)
+            terminal = status is not None and status.is_terminal()
+            if status is not None and terminal and app_handle not in self._heard:
+                self.job_ended(app_handle, status.state.name, status.msg, earlier_try=True)
             launcher_bound = not self.run.hook.apps_outlive_launcher(scheduler_of(app_handle))
             summary = status_summary(app_handle, status, self.run.app, launcher_bound)
-            self.result = self.finish(app_handle, summary, status is not None and status.is_terminal())
+            self.result = self.finish(app_handle, summary, terminal)
         return self.result
 
     def finish(self, app_handle: str, summary: dict[str, Any], terminal: bool) -> dict[str, Any]:
@@ -239,8 +378,8 @@ class RunLifecycle:
         task that does not wait, the app is not terminal yet)."""
         run = self.run
         self.publish(app_handle)
-        if terminal:
-            self.ended(app_handle, str(summary.get("state")), str(summary.get("msg") or ""))
+        if "attempts" not in run.result_fields:  # a task that does not wait: its job runs on
+            run.result_fields["attempts"] = run.attempts.summary(app_handle, summary.get("state"))
         result = finish_run(
             run.context,
             app_handle,
@@ -248,9 +387,9 @@ class RunLifecycle:
             terminal,
             run.trackers,
             run.tracker_timeout,
-            self.artifact_assets,
+            run.artifact_assets,
             run.log,
         )
         for policy in self.policies:
-            result = policy.finished(run, app_handle, result)
+            result = policy.finished(run, app_handle=app_handle, result=result)
         return result

@@ -61,6 +61,39 @@ def check_leavable(hook: TorchXHook, scheduler: str, wait_for_completion: bool) 
         )
 
 
+#: an event's keys that are the trigger's bookkeeping, not the app's status
+_BOOKKEEPING = ("status", "log_cursor")
+
+
+def read_event(event: Any) -> tuple[str, str, dict[str, Any]]:
+    """``(kind, app_handle, status)`` of a ``TorchXAppTrigger`` event, for the task that resumes.
+
+    ``kind`` is ``terminal`` or ``timeout``; ``status`` is the event without its bookkeeping keys.
+    A malformed event or a failed wait raises ``TorchXError``, an unknown app ``TorchXAppNotFoundError``.
+    """
+    from torchx_airflow.exceptions import TorchXAppNotFoundError, TorchXError
+
+    if not isinstance(event, dict) or "status" not in event or "app_handle" not in event:
+        raise TorchXError(f"Unexpected event from TorchXAppTrigger: {event!r}")
+    kind, app_handle = event["status"], str(event["app_handle"])
+    if kind == "not_found":
+        raise TorchXAppNotFoundError(app_handle)
+    if kind not in ("terminal", "timeout"):
+        raise TorchXError(f"Waiting for TorchX app {app_handle} failed: {event.get('message', event)}")
+    return kind, app_handle, {k: v for k, v in event.items() if k not in _BOOKKEEPING}
+
+
+def resumed_app(event: Any) -> tuple[str, str, dict[str, Any]]:
+    """``read_event`` for the task that launched the app: an app its scheduler no longer knows is
+    ``TorchXAppLostError`` (retryable: the next try reattaches if it comes back, else submits anew)."""
+    from torchx_airflow.exceptions import TorchXAppLostError, TorchXAppNotFoundError
+
+    try:
+        return read_event(event)
+    except TorchXAppNotFoundError as e:
+        raise TorchXAppLostError(e.app_handle) from e
+
+
 class WorkerWait:
     """One task execution's status polls of its app: every poll of the same app shares one outage
     budget (``outage_timeout`` seconds counted from the scheduler's last good answer)."""

@@ -131,7 +131,7 @@ class TorchXAppSensor(BaseSensorOperator):
         from airflow.sdk.exceptions import AirflowSensorTimeout
 
         from torchx_airflow.apps import SUCCEEDED
-        from torchx_airflow.triggers.torchx import read_event
+        from torchx_airflow.run.waiting import read_event
 
         kind, app_handle, result = read_event(event)
         if kind == "timeout":

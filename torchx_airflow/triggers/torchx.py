@@ -37,7 +37,6 @@ from torchx_airflow.hooks.torchx import TorchXHook
 from torchx_airflow.retry import StatusOutage, async_status_retrying, is_retryable
 from torchx_airflow.settings.resolve import outage_budget
 
-_BOOKKEEPING = ("status", "log_cursor")
 # A trigger's event comes no sooner than this after the trigger started. Airflow 3.3 can fail a task
 # whose trigger fires within seconds of its deferral: the worker's exit from deferring is reported
 # late and taken for the end of the resumed try (apache/airflow#72716). The task checks the app once
@@ -45,35 +44,6 @@ _BOOKKEEPING = ("status", "log_cursor")
 SETTLE_SECONDS = 8.0
 # After the deadline the app's state is only informative: asked for this long at most.
 _DEADLINE_STATUS_BUDGET = 30.0
-
-
-def read_event(event: Any) -> tuple[str, str, dict[str, Any]]:
-    """``(kind, app_handle, status)`` of a ``TorchXAppTrigger`` event, for the task that resumes.
-
-    ``kind`` is ``terminal`` or ``timeout``; ``status`` is the event without its bookkeeping keys.
-    A malformed event or a failed wait raises ``TorchXError``, an unknown app ``TorchXAppNotFoundError``.
-    """
-    from torchx_airflow.exceptions import TorchXAppNotFoundError, TorchXError
-
-    if not isinstance(event, dict) or "status" not in event or "app_handle" not in event:
-        raise TorchXError(f"Unexpected event from TorchXAppTrigger: {event!r}")
-    kind, app_handle = event["status"], str(event["app_handle"])
-    if kind == "not_found":
-        raise TorchXAppNotFoundError(app_handle)
-    if kind not in ("terminal", "timeout"):
-        raise TorchXError(f"Waiting for TorchX app {app_handle} failed: {event.get('message', event)}")
-    return kind, app_handle, {k: v for k, v in event.items() if k not in _BOOKKEEPING}
-
-
-def resumed_app(event: Any) -> tuple[str, str, dict[str, Any]]:
-    """``read_event`` for the task that launched the app: an app its scheduler no longer knows is
-    ``TorchXAppLostError`` (retryable: the next try reattaches if it comes back, else submits anew)."""
-    from torchx_airflow.exceptions import TorchXAppLostError, TorchXAppNotFoundError
-
-    try:
-        return read_event(event)
-    except TorchXAppNotFoundError as e:
-        raise TorchXAppLostError(e.app_handle) from e
 
 
 class TorchXAppTrigger(BaseTrigger):

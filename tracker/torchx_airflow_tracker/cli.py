@@ -19,6 +19,7 @@ from typing import Any
 
 from torchx.tracker.api import TrackerBase
 
+from torchx_airflow_tracker.protocol import ProviderStore
 from torchx_airflow_tracker.run_graph import EdgeQueries, RunLineage
 
 
@@ -117,9 +118,9 @@ def _cache(store: TrackerBase, action: str, key: str | None) -> str:
     """Run a ``cache`` action; returns what to print."""
     import time
 
-    records = getattr(store, "cache_records", None)
-    if records is None:
+    if not isinstance(store, ProviderStore):
         raise SystemExit(f"{store!r} keeps no cache records: pass --fsspec URL or --mlflow URI.")
+    records = store.cache_records
     if action in ("show", "delete"):
         from torchx_airflow_tracker.cache_records import check_cache_key
 
@@ -129,6 +130,7 @@ def _cache(store: TrackerBase, action: str, key: str | None) -> str:
             check_cache_key(key)
         except ValueError as e:
             raise SystemExit(str(e)) from None
+    key = key or ""
     if action == "show":
         record = records.get(key)
         if record is None:
@@ -164,9 +166,10 @@ def main(argv: list[str] | None = None) -> int:
         kwargs = {"parent_run_id": args.parent} if args.parent else {}
         print("\n".join(store.run_ids(**kwargs)))
     elif args.command == "reindex":
-        if not hasattr(store, "reindex"):
+        written = store.reindex() if isinstance(store, ProviderStore) else None
+        if written is None:
             raise SystemExit(f"{store!r} keeps no descendants index: nothing to rebuild.")
-        print(f"{store.reindex()} edges indexed")
+        print(f"{written} edges indexed")
     elif args.command == "cache":
         print(_cache(store, args.action, args.key))
     elif args.command == "show":

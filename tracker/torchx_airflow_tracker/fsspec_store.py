@@ -107,7 +107,6 @@ class _Graph(EdgeGraph):
     def __init__(self, max_reads: int | None = None) -> None:
         super().__init__()
         self._reads_left = max_reads
-        self.unread = 0
 
     def add_edge(self, edge: Edge) -> None:
         self.add(edge.source_id, edge.run_id, edge.artifact_name)
@@ -156,6 +155,18 @@ class FsspecStore(EdgeQueries, TrackerBase):
     def create_root(self) -> None:
         """Writer: make the root exist (readers never create it); raises when it cannot be created."""
         self.fs.makedirs(self.root, exist_ok=True)
+
+    def make_ready(self) -> None:
+        """Before a job writes: the root exists (``create_root``)."""
+        self.create_root()
+
+    def filesystem(self) -> tuple[Any, str]:
+        """``(fsspec filesystem, root)``: where the store keeps its entries."""
+        return self.fs, self.root
+
+    def run_url(self, run_id: str) -> None:
+        """A store of files has no UI page of its own."""
+        return None
 
     def __repr__(self) -> str:
         from torchx_airflow_tracker.config import without_userinfo

@@ -38,6 +38,8 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from torchx_airflow_tracker.protocol import MetricsStore
+
 if TYPE_CHECKING:
     from torchx.tracker.api import AppRun, TrackerBase
 
@@ -152,10 +154,9 @@ class MetricsLogger:
                 self.series[name] = thin(points)
             entry = self.entry()
         for backend in self._backends():
-            log_step = getattr(backend, "log_metrics", None)
-            if log_step is not None:  # this package's stores
-                log_step(self.run.id, named, step, entry, self.entry_name, key=self.key)
-            else:
+            if isinstance(backend, MetricsStore):  # this package's stores
+                backend.log_metrics(self.run.id, named, step, entry, self.entry_name, key=self.key)
+            else:  # TorchX's own trackers: the curve as metadata
                 backend.add_metadata(self.run.id, **{self.key: entry})
 
     def log_final(self, **metrics: float) -> None:

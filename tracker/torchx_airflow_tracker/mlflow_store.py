@@ -182,6 +182,9 @@ class MlflowStore(EdgeQueries, TrackerBase):
         self._known_claims_run: str | None = None
         # graph(): (when, {TorchX run id: its run's tags})
         self._snapshot: tuple[float, dict[str, dict[str, str]]] | None = None
+        #: the bound of ``ProviderStore``: an MLflow server bounds each tag's size itself
+        self.max_entry_bytes: int | None = None
+        self.oversized: dict[str, set[str]] = {}
 
     def __repr__(self) -> str:
         from torchx_airflow_tracker.config import without_userinfo
@@ -364,8 +367,22 @@ class MlflowStore(EdgeQueries, TrackerBase):
         tags = self._all_tags(run_id, snapshot)
         return [_decode(v, tags) for k, v in sorted(tags.items()) if k.startswith(prefix)]
 
-    def graph(self) -> EdgeGraph:
-        """Every edge of the experiment from one search of its runs (a request per 1,000 runs).
+    def make_ready(self) -> None:
+        """Before a job's ranks write: the experiment exists (and a new SQLite store's tables)."""
+        _ = self.experiment_id
+
+    def reindex(self) -> None:
+        """MLflow keeps no index of edges: the search finds them (``graph``)."""
+        return None
+
+    def filesystem(self) -> None:
+        """An MLflow store is no store of files."""
+        return None
+
+    def graph(self, source_id: str | None = None, max_reads: int | None = None) -> EdgeGraph:
+        """Every edge of the experiment from one search of its runs (a request per 1,000 runs);
+        ``source_id``: only the edges from it. ``max_reads`` is for stores read entry by entry: the
+        search is bounded by its pages.
 
         The runs' tags are kept: for ``SNAPSHOT_SECONDS`` ``metadata()`` and ``artifacts()`` of a run
         read in it make no request (this object's own writes to a run drop it from the snapshot).
@@ -382,6 +399,8 @@ class MlflowStore(EdgeQueries, TrackerBase):
             for tag_key, value in tags.items():
                 if tag_key.startswith(SOURCE_PREFIX):
                     entry = _decode(value, tags)
+                    if source_id is not None and entry["source"] != source_id:
+                        continue
                     for name in artifact_names_key(entry["artifact_names"]):
                         graph.add(entry["source"], run_id, name)
         self._snapshot = (time.monotonic(), tags_of)

@@ -14,12 +14,13 @@ point whose config lists every store keeps all of them, on every scheduler::
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from torchx.tracker.api import Lineage, TrackerArtifact, TrackerBase, TrackerSource
 
 from torchx_airflow_tracker.config import TrackerConfigError, load_json_text
+from torchx_airflow_tracker.protocol import ProviderStore
 
 KINDS = ("fsspec", "mlflow")
 
@@ -27,7 +28,7 @@ KINDS = ("fsspec", "mlflow")
 class MultiStore(TrackerBase):
     """Writes to every store, reads from the first."""
 
-    def __init__(self, stores: Sequence[TrackerBase]) -> None:
+    def __init__(self, stores: Sequence[ProviderStore]) -> None:
         if not stores:
             raise TrackerConfigError("The airflow_stores tracker needs at least one store.")
         self.stores = list(stores)
@@ -69,11 +70,7 @@ class MultiStore(TrackerBase):
         """Step metrics to every store (``torchx_airflow_tracker.metrics``), the fsspec form as
         metadata ``key``."""
         for store in self.stores:
-            log_metrics = getattr(store, "log_metrics", None)
-            if log_metrics is not None:
-                log_metrics(run_id, metrics, step, entry, entry_name, key=key)
-            else:
-                store.add_metadata(run_id, **{key: entry})
+            store.log_metrics(run_id, metrics, step, entry, entry_name, key=key)
 
     def metadata(self, run_id: str) -> Mapping[str, object]:
         return self.stores[0].metadata(run_id)
@@ -100,7 +97,10 @@ def create(config: str | None) -> MultiStore:
     entries = load_json_text("airflow_stores tracker", (config or "").strip(), example)
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise TrackerConfigError(f"The airflow_stores config must be a JSON list such as {example}.")
-    factories = {"fsspec": fsspec_store.create, "mlflow": mlflow_store.create}
+    factories: dict[str, Callable[[str | None], ProviderStore]] = {
+        "fsspec": fsspec_store.create,
+        "mlflow": mlflow_store.create,
+    }
     stores = []
     for entry in entries:
         kind = entry.get("kind")

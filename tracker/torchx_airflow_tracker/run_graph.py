@@ -196,6 +196,8 @@ class EdgeGraph:
     def __init__(self) -> None:
         self.parents: dict[str, dict[str, set[str | None]]] = {}
         self.children: dict[str, dict[str, set[str | None]]] = {}
+        #: entries a bounded read left unread (``graph(max_reads=...)``)
+        self.unread = 0
 
     def add(self, source_id: str, run_id: str, artifact_name: str | None) -> None:
         self.parents.setdefault(run_id, {}).setdefault(source_id, set()).add(artifact_name)

@@ -1,5 +1,5 @@
 """One store's walk from a DAG run's runs, on a real fsspec store: both ways, bounded in depth and in
-runs, ending on cycles; the same answers from the store's one-listing graph and from per-run queries."""
+runs, ending on cycles, from the store's one-listing graph read once per walk."""
 
 from __future__ import annotations
 
@@ -7,30 +7,12 @@ import threading
 
 import pytest
 
-from torchx_airflow.plugins.walk import Walk, graph_snapshot, parallel_map
+from torchx_airflow.plugins.walk import Walk, parallel_map
 
 
-class PerRunQueries:
-    """The real fsspec store seen through ``sources()``/``descendants()`` only, as the view sees a store
-    that answers edge queries run by run (MLflow); its whole-graph listing is hidden."""
-
-    def __init__(self, store) -> None:
-        self.store = store
-        self.queries: list[str] = []
-
-    def sources(self, run_id: str):
-        self.queries.append(run_id)
-        return self.store.sources(run_id)
-
-    def descendants(self, run_id: str):
-        self.queries.append(run_id)
-        return self.store.descendants(run_id)
-
-
-@pytest.fixture(params=["one-listing", "per-run"])
-def reader(request, store):
-    """Either way a store can be read by the walk."""
-    return store if request.param == "one-listing" else PerRunQueries(store)
+@pytest.fixture
+def reader(store):
+    return store
 
 
 def _chain(job, length: int) -> list[str]:
@@ -97,14 +79,6 @@ def test_seeds_over_the_budget_are_cut_and_duplicate_seeds_count_once(reader, jo
     assert walk.cut == {runs[2]}
 
 
-def test_per_run_queries_read_only_the_admitted_runs(store, job):
-    runs = _chain(job, 6)
-    reader = PerRunQueries(store)
-    _walk(reader, [runs[0]], depth=2)
-    # runs 0..2 admitted (each asked both ways), run 3 read past the depth to see whether there is more
-    assert sorted(set(reader.queries)) == runs[:3]
-
-
 def test_a_store_with_a_whole_graph_is_listed_once_per_walk(store, job):
     _chain(job, 3)
     snapshots: list[object] = []
@@ -115,7 +89,6 @@ def test_a_store_with_a_whole_graph_is_listed_once_per_walk(store, job):
         return graph(*args, **kwargs)
 
     store.graph = counted_graph
-    assert graph_snapshot(PerRunQueries(store)) is None
     _walk(store, ["slurm://torchx/r1"], depth=5)
     assert len(snapshots) == 1
 

@@ -14,7 +14,7 @@ from tests.fakes import FakeSchedulerHook, TaskStateStore
 from torchx_airflow.exceptions import TorchXCostLimitError
 from torchx_airflow.policies.cost.policy import CostPolicy
 from torchx_airflow.policies.resubmission import RESUME_FROM_ENV, ResubmissionPolicy
-from torchx_airflow.run.execution import NEW, RESUBMITTED
+from torchx_airflow.run.execution import RESUBMITTED, TaskRun
 from torchx_airflow.run.points import NextAttempt
 from torchx_airflow.run.state import ATTEMPTS_KEY
 from torchx_airflow.settings.connection import TorchXConnectionSettings
@@ -41,33 +41,38 @@ class CheckpointStore:
         self.metadata_of.setdefault(run_id, {}).update(kv)
 
 
-class FakeRun:
-    """What a policy reads of ``run.execution.TaskRun``, set by hand."""
-
-    task_id, where, deadline, waits_in_triggerer, tracker_timeout = "train", "Task 'train'", None, False, 5.0
-    earlier_try_end = False
-
-    def __init__(self, hook: FakeSchedulerHook, store: Any = None, tracker: Any = None) -> None:
-        self.hook, self.store, self.submission = hook, store, NEW
-        self.trackers = SimpleNamespace(stores=[tracker], __bool__=lambda: True) if tracker else []
-        self.log = logging.getLogger("fake-run")
-        self.context = {"ti": None}
-        self.result_fields: dict[str, Any] = {}
-        self.app = AppDef(
-            "train", roles=[Role("r", "img", resource=Resource(cpu=4, gpu=0, memMB=1024), num_replicas=2)]
-        )
+def FakeRun(hook: FakeSchedulerHook, store: Any = None, tracker: Any = None) -> TaskRun:  # noqa: N802
+    """A real ``TaskRun`` (what a policy reads of it is its documented surface) of task ``train`` on
+    ``hook`` (a fake scheduler), with ``store`` as its task state store and ``tracker`` as its one
+    tracker store; its app is two 4-CPU replicas."""
+    app = AppDef(
+        "train", roles=[Role("r", "img", resource=Resource(cpu=4, gpu=0, memMB=1024), num_replicas=2)]
+    )
+    trackers = SimpleNamespace(stores=[tracker], conn_ids=["fs"]) if tracker else []
+    return TaskRun(
+        task_id="train",
+        context={"ti": None, "task_state_store": store},
+        hook=hook,  # type: ignore[arg-type]
+        trackers=lambda: trackers,  # type: ignore[arg-type,return-value]
+        build_app=lambda: app,
+        app_parts={"app": app},
+        durable=True,
+        tracker_timeout=5.0,
+        wait_for_completion=True,
+        waits_in_triggerer=False,
+        task_log=logging.getLogger("fake-run"),
+    )
 
 
 def test_the_cost_policy_refuses_an_estimate_over_max_cost_before_anything_is_submitted():
     hook = FakeSchedulerHook([])
     hook.settings = TorchXConnectionSettings(scheduler="slurm", prices=PriceTable(cpu_hour=1.0))
     policy = CostPolicy(max_cost=5.0, expected_duration=3600.0)  # 8 CPUs x 1 h x 1.0 = 8.0 > 5.0
+    run = FakeRun(hook)
     with pytest.raises(TorchXCostLimitError, match="8"):
-        policy.before_submit(FakeRun(hook), FakeRun(hook).app)
-    assert (
-        CostPolicy(max_cost=10.0, expected_duration=3600.0).before_submit(FakeRun(hook), FakeRun(hook).app)
-        is None
-    )
+        policy.before_submit(run, app=run.app)
+    run = FakeRun(hook)
+    assert CostPolicy(max_cost=10.0, expected_duration=3600.0).before_submit(run, app=run.app) is None
 
 
 def test_the_cost_policy_leaves_the_ended_jobs_usage_and_cost_on_the_run():
@@ -75,8 +80,8 @@ def test_the_cost_policy_leaves_the_ended_jobs_usage_and_cost_on_the_run():
     hook.settings = TorchXConnectionSettings(scheduler="slurm", prices=PriceTable(cpu_hour=1.0))
     run = FakeRun(hook)
     policy = CostPolicy(max_cost=None, expected_duration=None)
-    policy.submitted(run, FIRST)
-    assert policy.ended(run, FIRST, "SUCCEEDED", "") is None
+    policy.submitted(run, app_handle=FIRST)
+    assert policy.ended(run, app_handle=FIRST, state="SUCCEEDED", msg="") is None
     assert run.result_fields["usage"]["source"] == "requested"  # the fake keeps no accounting
     assert run.result_fields["cost"]["currency"] == "USD"
 
@@ -87,31 +92,31 @@ def test_the_resubmission_policy_answers_an_infrastructure_end_with_the_next_att
     policy = ResubmissionPolicy(
         infrastructure_retries=1, checkpoint_artifact="checkpoint", checkpoint_root="/ckpt"
     )
-    policy.before_submit(run, run.app)
-    policy.submitted(run, FIRST)
-    run.result_fields["usage"] = {"source": "sacct", "elapsed_s": 7}
-    attempt = policy.ended(run, FIRST, "FAILED", NODE_FAIL_MSG)
+    policy.prepare(run, app=run.app)
+    assert run.task_resubmits  # the scheduler is to leave infrastructure ends to the task
+    run.attempts.record_start(FIRST)  # the lifecycle records each attempt, and each end
+    policy.submitted(run, app_handle=FIRST)
+    run.attempts.record_end(FIRST, "FAILED")
+    attempt = policy.ended(run, app_handle=FIRST, state="FAILED", msg=NODE_FAIL_MSG)
     assert isinstance(attempt, NextAttempt) and attempt.number == 2
     assert attempt.app.roles[0].env[RESUME_FROM_ENV] == "/ckpt/1"
+    assert attempt.details == {"resume_from": "/ckpt/1"}
+    assert run.attempts.of(FIRST)["reason"] == "NODE_FAIL"
     run.submission = RESUBMITTED
-    policy.submitted(run, SECOND)
+    run.attempts.record_start(SECOND, "/ckpt/1")
+    policy.submitted(run, app_handle=SECOND)
     assert [a["app_handle"] for a in state.values[ATTEMPTS_KEY]] == [FIRST, SECOND]
-    assert state.values[ATTEMPTS_KEY][0]["usage"] == {
-        "source": "sacct",
-        "elapsed_s": 7,
-    }  # the ended job's own
-    assert tracker.edges and tracker.edges[0][:2] == (SECOND, FIRST)
+    assert tracker.edges == [(SECOND, FIRST, "checkpoint")]  # the lineage of the resumed job
     # the budget (1) is used up: the next infrastructure end is the task's end
-    assert policy.ended(run, SECOND, "FAILED", NODE_FAIL_MSG) is None
-    assert [a["app_handle"] for a in run.result_fields["attempts"]] == [FIRST, SECOND]
+    run.attempts.record_end(SECOND, "FAILED")
+    assert policy.ended(run, app_handle=SECOND, state="FAILED", msg=NODE_FAIL_MSG) is None
 
 
 def test_the_resubmission_policy_leaves_a_job_that_failed_for_its_own_reasons():
     run = FakeRun(FakeSchedulerHook([]), TaskStateStore(), CheckpointStore())
     policy = ResubmissionPolicy(infrastructure_retries=3, checkpoint_artifact="checkpoint")
-    policy.submitted(run, FIRST)
-    assert policy.ended(run, FIRST, "FAILED", "exit code 1") is None
-    assert policy.ended(run, SECOND, "SUCCEEDED", "") is None
+    assert policy.ended(run, app_handle=FIRST, state="FAILED", msg="exit code 1") is None
+    assert policy.ended(run, app_handle=SECOND, state="SUCCEEDED", msg="") is None
 
 
 def test_max_cost_bounds_all_attempts_of_a_try_together():
@@ -119,16 +124,25 @@ def test_max_cost_bounds_all_attempts_of_a_try_together():
     that cost 3.0 (actual) and 0.5 (estimate only) would bring the try to 11.5, so it is refused."""
     hook = FakeSchedulerHook([])
     hook.settings = TorchXConnectionSettings(scheduler="slurm", prices=PriceTable(cpu_hour=1.0))
-    state = TaskStateStore()
-    run = FakeRun(hook, state)
     policy = CostPolicy(max_cost=10.0, expected_duration=3600.0)
-    assert policy.before_submit(run, run.app) is None  # 8.0: a first job fits
-    state.values[ATTEMPTS_KEY] = [
-        {"attempt": 1, "cost": {"actual": {"total": 3.0}, "estimate": {"total": 8.0}}},
-        {"attempt": 2, "cost": {"actual": None, "estimate": {"total": 0.5}}},
-    ]
+    run = FakeRun(hook, TaskStateStore())
+    assert policy.before_submit(run, app=run.app) is None  # 8.0: a first job fits
+    used = {"source": "sacct"}
+    state = TaskStateStore(
+        {
+            ATTEMPTS_KEY: [
+                {"attempt": 1, "state": "FAILED", "usage": used, "cost": {"actual": {"total": 3.0}}},
+                {"attempt": 2, "state": "FAILED", "usage": used, "cost": {"estimate": {"total": 0.5}}},
+            ]
+        }
+    )
+    run = FakeRun(hook, state)
     run.submission = RESUBMITTED
     with pytest.raises(TorchXCostLimitError, match=r"11\.5000.*3\.5000 USD already spent by this try's"):
-        policy.before_submit(run, run.app)
-    state.values[ATTEMPTS_KEY] = [{"attempt": 1, "cost": {"actual": {"total": 1.5}}}]
-    assert policy.before_submit(run, run.app) is None  # 9.5: within the bound
+        policy.before_submit(run, app=run.app)
+    state = TaskStateStore(
+        {ATTEMPTS_KEY: [{"attempt": 1, "usage": used, "cost": {"actual": {"total": 1.5}}}]}
+    )
+    run = FakeRun(hook, state)
+    run.submission = RESUBMITTED
+    assert policy.before_submit(run, app=run.app) is None  # 9.5: within the bound

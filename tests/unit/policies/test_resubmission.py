@@ -16,7 +16,12 @@ from airflow.sdk.exceptions import TaskDeferred
 from torchx.specs import AppState, AppStatus
 
 from tests.fakes import HANDLE, TI, FakeSchedulerHook, TaskStateStore, _context, _operator, _terminal
-from torchx_airflow.exceptions import TorchXAppFailedError, TorchXConfigError, TorchXConnectionError
+from torchx_airflow.exceptions import (
+    TorchXAppFailedError,
+    TorchXConfigError,
+    TorchXConnectionError,
+    TorchXTaskKilledError,
+)
 from torchx_airflow.policies.resubmission import ATTEMPT_ENV, RESUME_FROM_ENV
 from torchx_airflow.run.state import ATTEMPTS_KEY
 from torchx_airflow.schedulers.slurm import infrastructure_states
@@ -313,11 +318,11 @@ def test_a_kill_while_resubmitting_submits_nothing_more_and_cancels_what_slipped
     def schedule_then_killed(info: Any, token: str | None = None) -> str:
         handle = schedule(info, token)
         if len(hook.tokens) == 2:  # the kill arrives while sbatch of the resubmission runs
-            op._kills.killed = True
+            op.execution.kills.killed = True
         return handle
 
     hook.schedule = schedule_then_killed  # type: ignore[method-assign]
-    with pytest.raises(TorchXAppFailedError, match="killed while resubmitting"):
+    with pytest.raises(TorchXTaskKilledError, match="the task was killed"):
         op.execute(_context(store))
     assert hook.cancelled == [SECOND] and len(hook.tokens) == 2
 
@@ -326,11 +331,11 @@ def test_a_kill_while_resubmitting_submits_nothing_more_and_cancels_what_slipped
     status = hook.status
 
     def status_then_killed(handle: str) -> AppStatus | None:
-        op._kills.killed = True  # killed as the first job ended, before the resubmission's sbatch
+        op.execution.kills.killed = True  # killed as the first job ended, before the resubmission's sbatch
         return status(handle)
 
     hook.status = status_then_killed  # type: ignore[method-assign]
-    with pytest.raises(TorchXAppFailedError, match="killed while resubmitting"):
+    with pytest.raises(TorchXTaskKilledError, match="the task was killed"):
         op.execute(_context(TaskStateStore()))
     assert len(hook.tokens) == 1 and hook.cancelled == []
 

@@ -116,8 +116,6 @@ class _TI:
 def _kill(monkeypatch, states: dict[tuple[str, int], str | None], map_index: int = -1) -> tuple[Any, Any]:
     """``on_kill`` of a ``train`` task (``map_index``) waiting on slurm://torchx/7, through the operator
     and the real state query; returns the scheduler and the channel."""
-    from types import SimpleNamespace
-
     from airflow.sdk.execution_time import task_runner
 
     from tests.fakes import FakeSchedulerHook, _operator
@@ -126,10 +124,11 @@ def _kill(monkeypatch, states: dict[tuple[str, int], str | None], map_index: int
     monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", channel, raising=False)
     hook = FakeSchedulerHook([])
     op = _operator(hook)
-    op.__dict__["_lifecycle_of"] = SimpleNamespace(app_handle="slurm://torchx/7")
     ti = _TI()
     ti.map_index = map_index
-    with op._kills.running(ti):
+    execution = op._start({"ti": ti})
+    execution.app_handle = "slurm://torchx/7"  # the job this execution waits on
+    with execution.kills.running(ti):
         op.on_kill()
     return hook, channel
 

@@ -39,6 +39,7 @@ from torchx_airflow.exceptions import TorchXError
 
 if TYPE_CHECKING:
     from torchx.specs import AppDef
+    from torchx_airflow_tracker.protocol import ProviderStore
 
 #: Files up to this size are hashed by content; larger ones are told by size and times.
 CONTENT_HASH_LIMIT = 32 * 1024 * 1024
@@ -123,16 +124,17 @@ class _Budget:
             raise FingerprintError(f"{path!r}: reading took over {self.scope.seconds:g} s; not read further.")
 
 
-def read_scope(app: AppDef | None, stores: Sequence[Any] = ()) -> ReadScope:
+def read_scope(app: AppDef | None, stores: Sequence[ProviderStore] = ()) -> ReadScope:
     """The scope of a task: the directories its own arguments name (a directory named, or the
     directory of a file named) and its stores' roots, local ones as local roots, remote ones with
     their own filesystems."""
     roots: dict[str, None] = {}
     remote: list[tuple[Any, str]] = []
     for store in stores:
-        fs, root = getattr(store, "fs", None), getattr(store, "root", None)
-        if fs is None or not isinstance(root, str):
+        files = store.filesystem()
+        if files is None:  # not a store of files (MLflow): nothing of it is read as a path
             continue
+        fs, root = files
         if "file" in _protocols(fs) or "local" in _protocols(fs):
             roots.setdefault(os.path.realpath(root))
         else:

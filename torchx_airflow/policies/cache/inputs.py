@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from torchx.specs import AppDef
-    from torchx.tracker.api import TrackerBase
+    from torchx_airflow_tracker.protocol import ProviderStore
 
     from torchx_airflow.policies.cache.fingerprints import ReadScope
     from torchx_airflow.policies.cache.signing import CacheKeys
@@ -109,6 +109,65 @@ def ignore_args(args: Sequence[str], rules: Sequence[str]) -> list[str]:
             kept.append(arg)
         i += 1
     return kept
+
+
+def with_prepared_changes(key_app: AppDef, built: AppDef, prepared: AppDef, rules: Sequence[str]) -> AppDef:
+    """``key_app`` (the task's app as its key sees it: arguments ``rules`` ignore replaced, no provider
+    env) with what the policies' ``prepare`` changed of ``built`` into ``prepared``: each role field
+    they changed is the prepared one (its arguments under ``rules``), each env entry they added,
+    changed or removed likewise, roles they added or removed, and the app's metadata. A prepared app
+    never leaves the key: a policy that adds ``TEAM=research`` gets a key of its own.
+
+    >>> from torchx.specs import AppDef, Role
+    >>> built = AppDef("a", roles=[Role("r", "img", args=["--out", "/o/1"], env={"TORCHX_TRACKERS": "x"})])
+    >>> keyed = AppDef("a", roles=[Role("r", "img", args=["--out", IGNORED])])
+    >>> prepared = AppDef("a", roles=[Role("r", "img", args=["--out", "/o/1"],
+    ...                                    env={"TORCHX_TRACKERS": "x", "TEAM": "ml"})])
+    >>> role = with_prepared_changes(keyed, built, prepared, ["--out=*"]).roles[0]
+    >>> role.env, role.args
+    ({'TEAM': 'ml'}, ['--out', '<cache_ignore_args>'])
+    """
+    import copy
+
+    keyed = copy.deepcopy(key_app)
+    provider_env = {k for r in built.roles for k in r.env} - {k for r in key_app.roles for k in r.env}
+    built_roles = {role.name: role for role in built.roles}
+    keyed_roles = {role.name: role for role in keyed.roles}
+    roles = []
+    for role in prepared.roles:
+        before, mine = built_roles.get(role.name), keyed_roles.get(role.name)
+        if before is None or mine is None:  # a role prepare added (or renamed)
+            mine = copy.deepcopy(role)
+            mine.env = {k: v for k, v in role.env.items() if k not in provider_env}
+            mine.args = ignore_args([str(a) for a in role.args], rules)
+        else:
+            _apply_role_changes(mine, before, role, rules)
+        roles.append(mine)
+    keyed.roles = roles
+    if prepared.metadata != built.metadata:
+        keyed.metadata = copy.deepcopy(prepared.metadata)
+    return keyed
+
+
+def _apply_role_changes(keyed: Any, built: Any, prepared: Any, rules: Sequence[str]) -> None:
+    import copy
+
+    for field in dataclasses.fields(prepared):
+        now, was = getattr(prepared, field.name), getattr(built, field.name)
+        if now == was:
+            continue
+        if field.name == "env":
+            env = dict(keyed.env)
+            for name in set(was) | set(now):
+                if name not in now:
+                    env.pop(name, None)
+                elif was.get(name) != now[name]:
+                    env[name] = now[name]
+            keyed.env = env
+        elif field.name == "args":
+            keyed.args = ignore_args([str(a) for a in now], rules)
+        else:
+            setattr(keyed, field.name, copy.deepcopy(now))
 
 
 # the key
@@ -202,7 +261,7 @@ def file_inputs(app: AppDef) -> dict[str, Any]:
 
 
 def parent_inputs(
-    store: TrackerBase, parents: Sequence[str], scope: ReadScope | None = None
+    store: ProviderStore, parents: Sequence[str], scope: ReadScope | None = None
 ) -> list[dict[str, Any]]:
     """``{"path", "fingerprint"}`` of every artifact of every parent in ``store``; raises
     ``FingerprintError`` for one that cannot or may not be read.

@@ -32,6 +32,7 @@ from torchx_airflow.policies.cache.inputs import (
     key_inputs,
     key_of,
     parent_inputs,
+    with_prepared_changes,
 )
 from torchx_airflow.policies.cache.records import find_record, new_record, write_record
 from torchx_airflow.policies.cache.signing import CacheKeys, deployment_keys
@@ -322,15 +323,16 @@ class TaskCache:
 
 class CachePolicy(RunPolicy):
     """Before submitting, the result of an earlier run with the task's key (nothing submitted);
-    after a run SUCCEEDED, its record.
+    after a run SUCCEEDED, its record. The key is the prepared app's (``run.points``): what every
+    policy's ``prepare`` changed is in it.
 
     :param cache: the task's ``cache`` (None: the connection's extra ``cache``, else off).
-    :param salt: ``cache_salt``; :param ignore_args: ``cache_ignore_args``.
+    :param salt: ``cache_salt`` (rendered); :param ignore_args: ``cache_ignore_args``.
     :param ttl: the task's ``cache_ttl`` (None: the connection's, else ``[torchx] cache_ttl``).
-    :param app_parts: what the task's app is built from (``TorchXDryRunOperator.app_parts``).
-    :param artifact_assets: the asset events a hit emits, as a run does.
     :param scope: the task's ``cache_scope`` (None: the connection's, else ``[torchx] cache_scope``).
     """
+
+    name = "cache"
 
     def __init__(
         self,
@@ -338,25 +340,23 @@ class CachePolicy(RunPolicy):
         salt: str,
         ignore_args: tuple[str, ...],
         ttl: float | None,
-        app_parts: Mapping[str, Any],
-        artifact_assets: Mapping[str, Asset | AssetAlias],
         scope: str | None = None,
     ) -> None:
         self.cache, self.salt, self.ignore_args, self.ttl = cache, salt, ignore_args, ttl
         self.scope = scope
-        self.app_parts = dict(app_parts)
-        self.artifact_assets = artifact_assets
-        self._task_cache: TaskCache | None = None
-        self._decided = False
 
     def task_cache(self, run: TaskRun) -> TaskCache | None:
         """This execution's cache, or None when caching is off (``cache``, else the connection's)."""
-        if self._decided:
-            return self._task_cache
+        memo = run.memo(self)
+        if "cache" not in memo:
+            memo["cache"] = self._task_cache(run)
+        cache: TaskCache | None = memo["cache"]
+        return cache
+
+    def _task_cache(self, run: TaskRun) -> TaskCache | None:
         from torchx_airflow.settings.resolve import resolve
 
         settings = run.hook.settings
-        self._decided = True
         if not cache_enabled(self.cache, settings.cache, run.wait_for_completion):
             return None
         if not run.trackers:
@@ -370,24 +370,28 @@ class CachePolicy(RunPolicy):
         ttl = float(resolve("cache_ttl", self.ttl, settings.cache_ttl))
         scope = scope_of(str(resolve("cache_scope", self.scope, settings.cache_scope)), run.ti.dag_id)
         settings_ = CacheSettings(keys, str(self.salt or ""), self.ignore_args, ttl, scope)
-        self._task_cache = TaskCache(settings_, run.trackers, run.tracker_timeout, run.log)
-        return self._task_cache
+        return TaskCache(settings_, run.trackers, run.tracker_timeout, run.log)
 
-    def _key(self, run: TaskRun, cache: TaskCache) -> str | None:
+    def _key(self, run: TaskRun, cache: TaskCache, app: AppDef) -> str | None:
+        """The key of ``app``, the prepared app: the task's app as its key sees it (``key_app``), with
+        what the policies' ``prepare`` changed of the built app (``with_prepared_changes``)."""
         run.trackers.check_within(run.tracker_timeout, run.where)
-        app = key_app(run.task_id, **self.app_parts, rules=cache.settings.ignore_args)
-        return cache.key(run.hook, app, run.context)
+        rules = cache.settings.ignore_args
+        keyed = with_prepared_changes(
+            key_app(run.task_id, **run.app_parts, rules=rules), run.built_app, app, rules
+        )
+        return cache.key(run.hook, keyed, run.context)
 
-    def before_submit(self, run: TaskRun, app: AppDef) -> ShortCut | None:
+    def before_submit(self, run: TaskRun, *, app: AppDef, **kwargs: Any) -> ShortCut | None:
         """A hit's result; None to submit. A task with a job of its own (an earlier try's, to
         replace) never takes another run's result: it keeps the key of its own submission."""
         cache = self.task_cache(run) if run.submission == NEW else None
         if cache is None:
             return None
         if run.store is not None and run.store.get(HANDLE_KEY):
-            self._remember_own(run, cache)
+            self._remember_own(run, cache, app)
             return None
-        key = self._key(run, cache)
+        key = self._key(run, cache, app)
         if key is None:
             return None
         record = cache.lookup(key, app)
@@ -395,18 +399,20 @@ class CachePolicy(RunPolicy):
             run.log.info("TorchX cache miss: key %s has no usable record; submitting", key)
             cache.remember(key, run.store, run.ti)
             return None
-        result = cache.use(record, key, run.app, run.context, self.artifact_assets)
+        result = cache.use(record, key, app, run.context, run.artifact_assets)
         return ShortCut(result, str(record["app_handle"]))
 
-    def _remember_own(self, run: TaskRun, cache: TaskCache) -> None:
-        if cache.recall(run.store, run.ti) is None and (key := self._key(run, cache)):
+    def _remember_own(self, run: TaskRun, cache: TaskCache, app: AppDef) -> None:
+        if cache.recall(run.store, run.ti) is None and (key := self._key(run, cache, app)):
             cache.remember(key, run.store, run.ti)
 
-    def submitted(self, run: TaskRun, app_handle: str) -> None:
+    def submitted(self, run: TaskRun, *, app_handle: str, **kwargs: Any) -> None:
         if run.submission == REATTACHED and (cache := self.task_cache(run)) is not None:
-            self._remember_own(run, cache)
+            self._remember_own(run, cache, run.app)
 
-    def finished(self, run: TaskRun, app_handle: str, result: dict[str, Any]) -> dict[str, Any]:
+    def finished(
+        self, run: TaskRun, *, app_handle: str, result: dict[str, Any], **kwargs: Any
+    ) -> dict[str, Any]:
         """A run that SUCCEEDED records its key (``finish_run`` raised for any other end)."""
         cache = self.task_cache(run)
         if cache is not None and (key := cache.recall(run.store, run.ti)):

@@ -26,7 +26,7 @@ from torchx_airflow.policies.cache.inputs import KEY_VERSION
 from torchx_airflow.policies.cache.signing import SIGNATURE_FIELD
 
 if TYPE_CHECKING:
-    from torchx.tracker.api import TrackerBase
+    from torchx_airflow_tracker.protocol import ProviderStore
 
     from torchx_airflow.policies.cache.fingerprints import ReadScope
     from torchx_airflow.policies.cache.signing import CacheKeys
@@ -161,13 +161,8 @@ def usable(
     return None
 
 
-def cache_records(store: TrackerBase) -> Any:
-    """The store's cache records (``put/get/delete/keys``), or None for a store without them."""
-    return getattr(store, "cache_records", None)
-
-
 def find_record(
-    stores: Sequence[TrackerBase],
+    stores: Sequence[ProviderStore],
     key: str,
     scope: str,
     ttl: float,
@@ -179,11 +174,8 @@ def find_record(
     ``read_within``. A record skipped is logged once (a warning when the launcher could not have
     written it); a store that cannot be read is a warning and the next store is asked."""
     for store in stores:
-        records = cache_records(store)
-        if records is None:
-            continue
         try:
-            record = records.get(key)
+            record = store.cache_records.get(key)
         except Exception as e:  # a malformed record or an unreadable store never stops the lookup
             task_log.warning("Cache record %s in %r not read: %s: %s", key, store, type(e).__name__, e)
             continue
@@ -206,18 +198,17 @@ def find_record(
     return None
 
 
-def write_record(stores: Sequence[TrackerBase], key: str, record: Mapping[str, Any], task_log: Any) -> int:
-    """Write ``record`` to every store that keeps records; a store that fails is a warning. Returns
-    how many stores have it."""
+def write_record(stores: Sequence[ProviderStore], key: str, record: Mapping[str, Any], task_log: Any) -> int:
+    """Write ``record`` to every store; a store that fails is a warning. Returns how many stores
+    have it."""
     from torchx_airflow.retry import tracker_retrying
 
     written = 0
     for store in stores:
-        records = cache_records(store)
-        if records is None:
-            continue
         try:
-            tracker_retrying(f"Writing cache record {key} to {store!r}")(lambda r=records: r.put(key, record))
+            tracker_retrying(f"Writing cache record {key} to {store!r}")(
+                lambda s=store: s.cache_records.put(key, record)
+            )
             written += 1
         except Exception as e:
             task_log.warning("Could not write cache record %s to %r: %s: %s", key, store, type(e).__name__, e)

@@ -17,6 +17,7 @@ from torchx_airflow_tracker.fsspec_store import FsspecStore
 
 from tests.fakes import HANDLE, TI, FakeSchedulerHook, TaskStateStore
 from torchx_airflow.operators.torchx import TorchXOperator
+from torchx_airflow.run.points import RunPolicy
 from torchx_airflow.run.state import CACHE_KEY, HANDLE_KEY
 
 SECOND = "slurm://torchx/4243"
@@ -189,3 +190,43 @@ def test_the_env_the_provider_adds_to_the_job_is_not_part_of_the_key(store, monk
     )
     hit = same.execute(_context(same, TaskStateStore()))
     assert hit["cache_hit"] is True and hit["cache_key"] == keys[0]
+
+
+class Team(RunPolicy):
+    """A platform team's policy: every role gets ``TEAM`` (and an output argument the key ignores)."""
+
+    name = "team"
+
+    def __init__(self, team: str) -> None:
+        self.team = team
+
+    def prepare(self, run: Any, *, app: Any, **kwargs: Any) -> Any:
+        for role in app.roles:
+            role.env["TEAM"] = self.team
+            role.args = [*role.args, f"--out=/runs/{run.ti.run_id}"]
+        return app
+
+
+def _team_run(store: FsspecStore, team: str, ti: Any = None) -> tuple[dict[str, Any], CachingHook]:
+    hook = CachingHook([AppState.SUCCEEDED])
+    op = _task(hook, store, policies=[Team(team)], cache_ignore_args=["--out=*"])
+    context = _context(op, TaskStateStore())
+    if ti is not None:
+        context["ti"] = ti
+    return op.execute(context), hook
+
+
+def test_what_a_policy_prepares_is_in_the_key_and_what_the_key_ignores_stays_out(store):
+    """The contract: the key is the prepared app's. team=ml runs; team=ml again (another DAG run, so
+    another --out the key ignores) is a hit; team=research is a key of its own, runs, and its job gets
+    TEAM=research: never the ml run's result."""
+    ml, hook = _team_run(store, "ml")
+    assert ml["cache_hit"] is False and hook.apps[0].roles[0].env["TEAM"] == "ml"
+    again_ti = CacheTI()
+    again_ti.run_id = "manual__2"
+    again, hook = _team_run(store, "ml", again_ti)
+    assert again["cache_hit"] is True and again["cache_key"] == ml["cache_key"]
+    assert getattr(hook, "tokens", []) == []
+    research, hook = _team_run(store, "research")
+    assert research["cache_hit"] is False and research["cache_key"] != ml["cache_key"]
+    assert len(hook.tokens) == 1 and hook.apps[0].roles[0].env["TEAM"] == "research"

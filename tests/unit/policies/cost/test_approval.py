@@ -68,7 +68,7 @@ def _run(
     hook.settings = replace(settings, cost_approval_timeout=timeout_s)
     run = FakeRun(hook)
     run.context = {"ti": SimpleNamespace(id="ti-1")}
-    run.resumed_with = None
+    run.resumed_with = {}
     if answer is not None:
         run.resumed_with = {"event": answer}
         if asked:
@@ -77,7 +77,7 @@ def _run(
 
 
 def _over_budget(run: FakeRun) -> None:
-    CostPolicy(max_cost=5.0, expected_duration=3600.0).before_submit(run, run.app)  # estimate 8.0
+    CostPolicy(max_cost=5.0, expected_duration=3600.0).before_submit(run, app=run.app)  # estimate 8.0
 
 
 def test_over_max_cost_asks_an_approver_and_waits(asked):
@@ -114,7 +114,7 @@ def _bigger(run: FakeRun) -> None:
     otherwise when the task resumed)."""
     role = run.app.roles[0]
     bigger = Role(role.name, role.image, resource=role.resource, num_replicas=3)
-    run.app = AppDef(run.app.name, roles=[bigger])
+    run.replace_app(AppDef(run.app.name, roles=[bigger]))
 
 
 @pytest.mark.parametrize(
@@ -129,7 +129,7 @@ def test_an_approval_of_another_estimate_or_app_submits_nothing(asked, change, r
     run = _run(answer=_answer(["Approve"], ADMIN))
     change(run)
     with pytest.raises(TorchXCostApprovalError) as err:
-        CostPolicy(max_cost=5.0, expected_duration=3600.0).before_submit(run, run.app)
+        CostPolicy(max_cost=5.0, expected_duration=3600.0).before_submit(run, app=run.app)
     assert "admin (id 7) approved it at 2026-11-26T01:00:00+00:00, but " in str(err.value)
     assert reason in str(err.value) and "clear the task to ask again" in str(err.value)
     assert "cost_approval" not in run.result_fields and asked == []
