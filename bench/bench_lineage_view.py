@@ -112,9 +112,13 @@ class _BaselineWalk:
         self._walk(seeds, up=False)
 
     def _neighbours(self, run_id: str, up: bool) -> dict[str, tuple[str, ...]]:
-        from torchx_airflow.plugins.walk import _grouped
-
-        return _grouped(self.store.sources(run_id) if up else self.store.descendants(run_id))
+        sources = self.store.sources(run_id) if up else self.store.descendants(run_id)
+        names: dict[str, set[str]] = {}
+        for source in sources:  # one TrackerSource per run and artifact name
+            found = names.setdefault(source.source_run_id, set())
+            if source.artifact_name:
+                found.add(source.artifact_name)
+        return {other: tuple(sorted(found)) for other, found in names.items()}
 
     def _walk(self, start: list[str], up: bool) -> None:
         from torchx_airflow.plugins.walk import parallel_map

@@ -45,12 +45,12 @@ def is_retryable(error: BaseException) -> bool:
     """Whether asking again can help: not for bad input (a malformed handle, an unknown scheduler),
     and not once this process was asked to stop (``TorchXWaitInterruptedError``, raised by the kill
     guard in whatever frame the signal lands, a status query's included): that ends the wait at
-    once, for the task's next try to reattach."""
-    from torchx_airflow.exceptions import TorchXInputError, TorchXWaitInterruptedError
+    once, for the task's next try to reattach (``TorchXWaitInterruptedError``) or because the task
+    was killed (``TorchXTaskKilledError``)."""
+    from torchx_airflow.exceptions import TorchXInputError, TorchXTaskKilledError, TorchXWaitInterruptedError
 
-    return isinstance(error, Exception) and not isinstance(
-        error, (TorchXInputError, TorchXWaitInterruptedError)
-    )
+    stops = (TorchXInputError, TorchXWaitInterruptedError, TorchXTaskKilledError)
+    return isinstance(error, Exception) and not isinstance(error, stops)
 
 
 class StatusOutage:

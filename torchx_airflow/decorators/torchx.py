@@ -114,13 +114,13 @@ class _TorchXDecoratedOperator(DecoratedOperator, TorchXOperator):
         """``event``: an approver's answer resuming the task, ``parked``: what it parked with
         (``policies.cost.approval``); they reach the run here, as ``DecoratedOperator.execute`` passes
         the context alone."""
-        self._resolve_app(context)
         self._start(context, {**parked, "event": event} if event or parked else None)
         return super().execute(context)
 
-    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _setup(self, context: Context) -> None:
+        """Call the function and make its app this task's ``component``/``component_args`` or ``app``
+        (first in every execution, inside it)."""
         self._resolve_app(context)
-        return super().execute_complete(context, event)
 
     def _resolve_app(self, context: Context) -> None:
         """Call the function and make its app this task's ``component``/``component_args`` or ``app``."""

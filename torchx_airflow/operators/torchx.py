@@ -157,31 +157,36 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
             from torchx_airflow.policies.builtin import task_policies
             from torchx_airflow.run.execution import TaskRun
             from torchx_airflow.run.lifecycle import RunLifecycle
-            from torchx_airflow.run.waiting import WorkerWait, waits_in_triggerer
-            from torchx_airflow.settings.resolve import outage_budget
+            from torchx_airflow.run.waiting import waits_in_triggerer
 
             hook, where = self.hook, f"Task {self.task_id!r}"
-            run = TaskRun(
+            run = TaskRun(  # asks nothing of the connection yet: what can fail does inside the execution
                 task_id=self.task_id,
                 context=context,
                 hook=hook,
                 trackers=lambda: self.trackers,
                 build_app=self.build_app,
-                app_parts=self.app_parts(),
+                app_parts=self.app_parts,
                 durable=self.durable,
                 tracker_timeout=self.tracker_timeout,
                 wait_for_completion=self.wait_for_completion,
-                waits_in_triggerer=waits_in_triggerer(hook, hook.scheduler, self.deferrable, True, self.log),
+                waits_in_triggerer=lambda: waits_in_triggerer(
+                    hook, hook.scheduler, self.deferrable, True, self.log
+                ),
                 task_log=self.log,
                 execution_timeout=self.execution_timeout,
                 artifact_assets=self.artifact_assets,
                 render=self.render_template,
             )
-            outage = outage_budget(self.outage_timeout, hook.settings)
-            wait = WorkerWait(hook, self.poll_interval, outage, self.log, self.stream_logs)
-            policies = task_policies(self.policy_settings, self.cache_salt, self.policies, where)
             self.execution = RunLifecycle(
-                run, policies, self.dryrun, wait, self._defer, outage, self.max_log_lines
+                run,
+                task_policies(self.policy_settings, self.cache_salt, self.policies, where),
+                self.dryrun,
+                self._defer,
+                poll_interval=self.poll_interval,
+                outage_timeout=self.outage_timeout,
+                stream_logs=self.stream_logs,
+                max_log_lines=self.max_log_lines,
             )
         if resumed_with:
             self.execution.run.resumed_with = resumed_with
@@ -191,7 +196,11 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         """Submit (or reattach) and wait; ``event`` and ``parked``: an approver's answer resuming the
         task and what it parked with (``policies.cost.approval``)."""
         execution = self._start(context, {**parked, "event": event} if event or parked else None)
-        return execution.execute(lambda: self.execute_resumable(context))
+        return execution.execute(lambda: self.execute_resumable(context), lambda: self._setup(context))
+
+    def _setup(self, context: Context) -> None:
+        """What this operator does first in every execution, inside it (its errors end the execution
+        as any other, ``closed`` included): nothing; ``@task.torchx`` calls its function here."""
 
     # ResumableJobMixin: submit once, remember the handle, reattach on the next try
 
@@ -229,14 +238,14 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
                 log_cursor={},
                 log_replicas=role_replicas(run.app) if self.stream_logs else None,
                 tracker_conn_ids=self.trackers.conn_ids,
-                outage_timeout=execution.outage_timeout,
+                outage_timeout=execution.outage_budget,
             ),
             method_name="execute_complete",
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
         """Resume after the trigger's event: show the app's logs, then succeed or fail with its state."""
-        return self._start(context).resume(event)
+        return self._start(context).resume(event, lambda: self._setup(context))
 
     def on_kill(self) -> None:
         """Cancel the app when a person kills the task (marked failed or success, cleared) or its

@@ -2,9 +2,9 @@
 
 Pure data and tracker reads, no Airflow: the seeds (the runs the DAG run's tasks pushed as XCom
 ``torchx_run_id``) come from the caller with what Airflow knows about them; the graph grows from
-them through the tracker stores' ``sources()`` (upstream, including parents from earlier DAG runs
-and other DAGs) and ``descendants()`` (downstream), up to ``depth`` hops each way, and every run's
-``metadata()`` and ``artifacts()`` are read once.
+them through each tracker store's edge graph (``ProviderStore.graph()``: upstream, including parents
+from earlier DAG runs and other DAGs, and downstream), up to ``depth`` hops each way, and every
+run's ``metadata()`` and ``artifacts()`` are read once.
 
 Example::
 

@@ -130,7 +130,7 @@ class ResubmissionPolicy(RunPolicy):
     ) -> NextAttempt | None:
         """The next attempt of a job the infrastructure ended, within the budget and the task's
         ``execution_timeout``; None for any other end."""
-        if state == "SUCCEEDED":
+        if state == "SUCCEEDED" or not run.wait_for_completion:  # a task that does not wait resubmits nothing
             return None
         reason = run.hook.infrastructure_reason(app_handle, state, msg)
         if reason is None:
@@ -172,7 +172,7 @@ class ResubmissionPolicy(RunPolicy):
             budget,
             start,
         )
-        details = {"resume_from": resume_from}
+        details = {"resumed_from": resume_from}
         return NextAttempt(with_resume_env(run.app, number, resume_from), number, reason, details)
 
     def _resume_from(self, run: TaskRun, app_handle: str, resumed_from: Any) -> tuple[str | None, str]:

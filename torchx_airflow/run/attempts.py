@@ -56,16 +56,18 @@ class Attempts:
         if self.load():
             self._save([])
 
-    def record_start(self, app_handle: str, resumed_from: str | None = None) -> int:
-        """Record a submitted job as the chain's next attempt; its number."""
+    def record_start(self, app_handle: str, number: int | None = None, **details: Any) -> int:
+        """Record a submitted job as the chain's attempt ``number`` (default: the next), with the
+        ``details`` of the ``NextAttempt`` that asked for it (``resume_from``...); its number."""
         attempts = self.load()
-        number = len(attempts) + 1
+        number = number if number is not None else len(attempts) + 1
         attempts.append(
             {
+                "resumed_from": None,
+                **details,
                 "attempt": number,
                 "app_handle": app_handle,
                 "submitted_at": time.time(),
-                "resumed_from": resumed_from,
             }
         )
         self._save(attempts)

@@ -65,11 +65,11 @@ class TaskRun:
     :param hook: the task's hook (scheduler, cfg, connection settings).
     :param trackers: returns the task's trackers (opened on first use).
     :param build_app: returns the task's app (built on first use).
-    :param app_parts: what the app is built from (``TorchXDryRunOperator.app_parts``).
+    :param app_parts: returns what the app is built from (``TorchXDryRunOperator.app_parts``).
     :param durable: whether the task keeps state across tries (``run.state``).
     :param tracker_timeout: seconds each tracker step gets.
     :param wait_for_completion: whether the task waits for its app.
-    :param waits_in_triggerer: where the wait happens (``run.waiting.waits_in_triggerer``).
+    :param waits_in_triggerer: returns where the wait happens (``run.waiting.waits_in_triggerer``).
     :param task_log: the task's logger.
     :param execution_timeout: the task's ``execution_timeout`` (``deadline`` counts from its start).
     :param artifact_assets: artifact name -> asset, for the asset events of a SUCCEEDED app.
@@ -84,11 +84,11 @@ class TaskRun:
         hook: TorchXHook,
         trackers: Callable[[], TrackerSet],
         build_app: Callable[[], AppDef],
-        app_parts: Mapping[str, Any],
+        app_parts: Callable[[], Mapping[str, Any]],
         durable: bool,
         tracker_timeout: float,
         wait_for_completion: bool,
-        waits_in_triggerer: bool,
+        waits_in_triggerer: Callable[[], bool],
         task_log: Any,
         execution_timeout: Any = None,
         artifact_assets: Mapping[str, Asset | AssetAlias] | None = None,
@@ -99,11 +99,11 @@ class TaskRun:
         self.hook = hook
         self._trackers = trackers
         self._build_app = build_app
-        self.app_parts = dict(app_parts)
+        self._app_parts = app_parts
         self.durable = durable
         self.tracker_timeout = tracker_timeout
         self.wait_for_completion = wait_for_completion
-        self.waits_in_triggerer = waits_in_triggerer
+        self._waits_in_triggerer = waits_in_triggerer
         self.log = task_log
         self.artifact_assets: dict[str, Asset | AssetAlias] = dict(artifact_assets or {})
         self._render = render
@@ -129,6 +129,17 @@ class TaskRun:
     @property
     def ti(self) -> Any:
         return self.context["ti"]
+
+    @cached_property
+    def app_parts(self) -> dict[str, Any]:
+        """What the app is built from, as the execution renders it (read when first needed: an
+        ``@task.torchx`` function has returned them by then)."""
+        return dict(self._app_parts())
+
+    @cached_property
+    def waits_in_triggerer(self) -> bool:
+        """Whether the wait is deferred to the triggerer (asked of the connection when first needed)."""
+        return self._waits_in_triggerer()
 
     @cached_property
     def store(self) -> Any:

@@ -208,6 +208,7 @@ class KillGuard:
         self.waiting = False
         self.killed = False  # a kill was judged a person's or Airflow's: submit nothing more
         self.reason = ""  # why, once killed
+        self.cancelled = False  # the cancel of that kill went through
 
     @contextlib.contextmanager
     def running(self, ti: Any) -> Iterator[None]:
@@ -234,11 +235,12 @@ class KillGuard:
     def on_kill(
         self, app_handle: str, cancel: Callable[[str], object], task_log: Any, outlives_launcher: bool = True
     ) -> None:
-        """Cancel ``app_handle`` if the task was killed; else leave it, and end a wait under way with
-        the retryable ``TorchXWaitInterruptedError``. An app that ends with this process anyway
+        """Cancel ``app_handle`` if the task was killed, and end a wait under way with
+        ``TorchXTaskKilledError``; else leave it, and end a wait under way with the retryable
+        ``TorchXWaitInterruptedError``. An app that ends with this process anyway
         (``outlives_launcher=False``: local_cwd, local_docker) is always cancelled, cleanly: no try
         could reattach to it."""
-        from torchx_airflow.exceptions import TorchXWaitInterruptedError
+        from torchx_airflow.exceptions import TorchXTaskKilledError, TorchXWaitInterruptedError
 
         if self.timed_out:
             verdict = KillVerdict(True, "its execution_timeout passed")
@@ -250,6 +252,10 @@ class KillGuard:
             self.killed, self.reason = True, verdict.reason
             task_log.info("Task killed (%s): cancelling TorchX app %s", verdict.reason, app_handle)
             cancel(app_handle)
+            self.cancelled = True
+            if self.waiting:  # the execution ends now, in its own thread (which closes it)
+                self.waiting = False
+                raise TorchXTaskKilledError(app_handle, verdict.reason)
             return
         task_log.warning(
             "Asked to stop, but not cancelling TorchX app %s: %s. It is left running for the next try "

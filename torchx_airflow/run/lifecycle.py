@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from torchx_airflow_tracker.compat import cached_property
+
 from torchx_airflow.apps import SUCCEEDED, role_replicas, scheduler_of
 from torchx_airflow.exceptions import TorchXAppFailedError, TorchXConfigError, TorchXTaskKilledError
 from torchx_airflow.lineage.keys import XCOM_APP_HANDLE, XCOM_SUBMITTED_APP
@@ -48,10 +50,11 @@ class RunLifecycle:
     :param run: the execution (``TaskRun``).
     :param policies: the task's policies, in the order they join each point (``points.in_order``).
     :param dryrun: dry-runs an app (logs the request); ``resubmits`` as ``TorchXHook.dryrun``.
-    :param wait: the worker's wait (status polls within the outage budget, logs streamed).
     :param defer: defers the wait on a handle of this lifecycle's to the triggerer (raises
         ``TaskDeferred``).
-    :param outage_timeout: the lookup budget of an interrupted submission.
+    :param poll_interval: seconds between the worker's status polls.
+    :param outage_timeout: the task's ``outage_timeout`` (None: the connection's, else the site's).
+    :param stream_logs: whether the replicas' logs go to the task log.
     :param max_log_lines: after a deferred wait, at most this many last lines per replica and stream.
     """
 
@@ -60,18 +63,21 @@ class RunLifecycle:
         run: TaskRun,
         policies: Sequence[RunPolicy],
         dryrun: Callable[..., tuple[TorchXDryRun, dict[str, Any]]],
-        wait: WorkerWait,
         defer: Callable[[str, RunLifecycle], NoReturn],
-        outage_timeout: float,
+        *,
+        poll_interval: float,
+        outage_timeout: float | None,
+        stream_logs: bool,
         max_log_lines: int,
     ) -> None:
         self.run = run
         self.policies = tuple(policies)
         self._dryrun = dryrun
-        self.wait = wait
         self._defer = defer
         self.kills = KillGuard()
+        self.poll_interval = poll_interval
         self.outage_timeout = outage_timeout
+        self.stream_logs = stream_logs
         self.max_log_lines = max_log_lines
         self.app_handle: str | None = None
         self.status: AppStatus | None = None
@@ -80,15 +86,35 @@ class RunLifecycle:
         self._heard: set[str] = set()  # handles whose end the policies heard (once each)
         self._closed = False
 
+    @cached_property
+    def outage_budget(self) -> float:
+        """Seconds every wait of this execution goes on without an answer (``outage_budget``)."""
+        from torchx_airflow.settings.resolve import outage_budget
+
+        return outage_budget(self.outage_timeout, self.run.hook.settings)
+
+    @cached_property
+    def wait(self) -> WorkerWait:
+        """The worker's wait: status polls within the outage budget, logs streamed."""
+        from torchx_airflow.run.waiting import WorkerWait
+
+        run = self.run
+        return WorkerWait(run.hook, self.poll_interval, self.outage_budget, run.log, self.stream_logs)
+
     # the execution as a whole
 
-    def execute(self, start: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    def execute(
+        self, start: Callable[[], dict[str, Any]], setup: Callable[[], None] | None = None
+    ) -> dict[str, Any]:
         """This execution from its start: ``start`` submits or reattaches and waits
-        (``ResumableJobMixin.execute_resumable``), after the policies prepared the app and a
-        submission an earlier try left unrecorded was recovered."""
+        (``ResumableJobMixin.execute_resumable``), after ``setup`` (what the operator does first:
+        ``@task.torchx`` calls its function), the policies prepared the app and a submission an
+        earlier try left unrecorded was recovered."""
         from torchx_airflow.run.waiting import check_leavable
 
         def body() -> dict[str, Any]:
+            if setup is not None:
+                setup()
             check_leavable(self.run.hook, self.run.hook.scheduler, self.run.wait_for_completion)
             self.prepare_app()
             self.durable().recover()  # a try that died submitting left a mark
@@ -96,12 +122,14 @@ class RunLifecycle:
 
         return self._through(body)
 
-    def resume(self, event: Any) -> dict[str, Any]:
-        """This execution after the trigger's ``event``: the app's logs, then its end."""
+    def resume(self, event: Any, setup: Callable[[], None] | None = None) -> dict[str, Any]:
+        """This execution after the trigger's ``event`` (after ``setup``): the app's logs, then its end."""
 
         def body() -> dict[str, Any]:
             from torchx_airflow.run.waiting import resumed_app
 
+            if setup is not None:
+                setup()
             self.prepare_app()
             kind, app_handle, status = resumed_app(event)
             self.app_handle = app_handle  # published before the deferral
@@ -135,13 +163,26 @@ class RunLifecycle:
                 raise
             except BaseException as error:
                 if isinstance(error, AirflowTaskTimeout):  # the kill guard noted it: cancel first
-                    self.kill()
+                    self._cancel_after_timeout()
                 self.close(error=error)
                 raise
             self.close(result=result)
             return result
         finally:
             self.run.hook.close()
+
+    def _cancel_after_timeout(self) -> None:
+        """Cancel the job of a task whose ``execution_timeout`` passed; a cancel that fails is logged
+        (Airflow's own ``on_kill`` tries again): the task ends with its timeout either way."""
+        try:
+            self.kill()
+        except Exception as e:
+            self.run.log.warning(
+                "Could not cancel TorchX app %s after the task's execution_timeout: %s: %s",
+                self.app_handle,
+                type(e).__name__,
+                e,
+            )
 
     def close(self, *, result: dict[str, Any] | None = None, error: BaseException | None = None) -> None:
         """The policies' ``closed``, once per execution; a policy's error is logged, never the task's."""
@@ -160,15 +201,14 @@ class RunLifecycle:
                 )
 
     def kill(self) -> None:
-        """``on_kill``: cancel the app if the task was killed (``run.kills``), which ends the
-        execution (``closed`` hears ``TorchXTaskKilledError``); else leave it for the next try (and
-        end a wait under way: ``TorchXWaitInterruptedError``)."""
-        if self.app_handle is None or self.kills.killed:  # nothing submitted yet, or cancelled already
+        """``on_kill``: cancel the app if the task was killed (``run.kills``), and end a wait under way
+        with ``TorchXTaskKilledError``; else leave it for the next try (and end a wait under way with
+        ``TorchXWaitInterruptedError``). The execution then ends in its own thread, which closes it:
+        no policy runs in the signal handler."""
+        if self.app_handle is None or self.kills.cancelled:  # nothing submitted yet, or cancelled already
             return
         hook = self.run.hook
         self.kills.on_kill(self.app_handle, hook.cancel, self.run.log, hook.apps_outlive_launcher())
-        if self.kills.killed and not self.kills.timed_out:  # a timeout closes with its own error
-            self.close(error=TorchXTaskKilledError(self.app_handle, self.kills.reason))
 
     # the app
 
@@ -196,7 +236,7 @@ class RunLifecycle:
 
     def durable(self) -> DurableSubmission:
         run = self.run
-        return DurableSubmission(run.hook, run.store, HANDLE_KEY, run.task_id, run.log, self.outage_timeout)
+        return DurableSubmission(run.hook, run.store, HANDLE_KEY, run.task_id, run.log, self.outage_budget)
 
     def publish(self, app_handle: str) -> None:
         """XCom ``app_handle``, once per execution (a new try starts with its XComs cleared)."""
@@ -230,8 +270,9 @@ class RunLifecycle:
         result: ``ShortCutTaken``), persist its handle, record the attempt, tell the policies."""
         run = self.run
         run.submission = submission
-        if submission == NEW:
-            run.result_fields.clear()  # what an earlier try's job left: a new job has its own
+        if submission == NEW:  # what an earlier try's job left (its end was heard): a new job has its own
+            for field in ("attempts", "usage", "cost"):
+                run.result_fields.pop(field, None)
         for policy in self.policies:
             short_cut = policy.before_submit(run, app=app)
             if short_cut is not None:
@@ -241,12 +282,15 @@ class RunLifecycle:
         dryrun, _ = self._dryrun(app, resubmits=run.wait_for_completion and run.task_resubmits)
         run.trackers.check_within(run.tracker_timeout, run.where)
         self._refuse_if_killed(None)
+        if submission == NEW:  # before the job exists: a try that dies submitting leaves no old chain
+            run.attempts.reset()
         app_handle = self.durable().submit(dryrun)
         self._refuse_if_killed(app_handle)  # killed while sbatch ran: on_kill cancelled the job before
         run.log.info("Submitted TorchX app %s", app_handle)
-        if submission == NEW:
-            run.attempts.reset()
-        run.attempts.record_start(app_handle, attempt.details.get("resume_from") if attempt else None)
+        if attempt is None:
+            run.attempts.record_start(app_handle)
+        else:
+            run.attempts.record_start(app_handle, attempt.number, **attempt.details)
         self.publish(app_handle)
         self._joined(app_handle)
         return app_handle
@@ -331,7 +375,7 @@ class RunLifecycle:
         for policy in self.policies:
             answer = policy.ended(run, app_handle=app_handle, state=state, msg=msg, earlier_try=earlier_try)
             next_attempt = next_attempt or answer
-        if next_attempt is None or state == SUCCEEDED:
+        if next_attempt is None or state == SUCCEEDED or not run.wait_for_completion:
             run.result_fields["attempts"] = run.attempts.summary(app_handle, state)
             return None
         # what the ended job used (and cost) stays with its attempt: the result's usage is the last job's
@@ -343,7 +387,7 @@ class RunLifecycle:
 
     def print_logs(self, app_handle: str, cursor: Mapping[str, Any]) -> None:
         """After a deferred wait: the last ``max_log_lines`` lines of every replica from ``cursor`` on."""
-        if not self.wait.stream_logs:
+        if not self.stream_logs:
             return
         from torchx_airflow.run.logs import print_app_logs
 
@@ -367,7 +411,10 @@ class RunLifecycle:
                 status = self.status_of_handle(app_handle)
             terminal = status is not None and status.is_terminal()
             if status is not None and terminal and app_handle not in self._heard:
-                self.job_ended(app_handle, status.state.name, status.msg, earlier_try=True)
+                # an earlier try's job found ended (ResumableJobMixin), or, for a task that does not
+                # wait, the job this execution submitted, already over
+                earlier = app_handle != self.app_handle
+                self.job_ended(app_handle, status.state.name, status.msg, earlier_try=earlier)
             launcher_bound = not self.run.hook.apps_outlive_launcher(scheduler_of(app_handle))
             summary = status_summary(app_handle, status, self.run.app, launcher_bound)
             self.result = self.finish(app_handle, summary, terminal)

@@ -7,10 +7,10 @@ lifecycle (``run.lifecycle``) calls every policy of the task, in order, at each 
 argument but ``run`` by keyword; each point takes ``**kwargs``, so an argument added later breaks no
 policy. In the order of a run:
 
-- ``prepare(run, app=...)``: once per execution (again in the process that resumes a deferred task),
-  before anything else: return a changed ``AppDef`` (or change ``app`` in place and return None). The
-  next policy gets the result; every cache key, cost estimate and approval is taken from the
-  prepared app, and it is what is submitted.
+- ``prepare(run, app=...)``: once per execution and process (again in the process that resumes a
+  deferred task, which rebuilds the app), before anything else: return a changed ``AppDef`` (or
+  change ``app`` in place and return None). The next policy gets the result; every cache key, cost
+  estimate and approval is taken from the prepared app, and it is what is submitted.
 - ``before_submit(run, app=...)``: before each submission. Return a ``ShortCut`` (the task's result:
   nothing is submitted, the policies after this one are not asked), raise to refuse (nothing is
   submitted), or return None to go on.
@@ -64,8 +64,9 @@ class ShortCut:
 
 @dataclass(frozen=True)
 class NextAttempt:
-    """Submit ``app`` in place of the job that ended: a resubmission within the same try.
-    ``details`` go to the new attempt's record (``run.attempts``): ``resume_from``, say."""
+    """Submit ``app`` in place of the job that ended: a resubmission within the same try, recorded as
+    attempt ``number`` of the chain (``run.attempts``) with ``details`` (``resumed_from``, say); the
+    ended attempt's record gets ``reason``."""
 
     app: AppDef
     number: int
@@ -108,7 +109,14 @@ class RunPolicy:
         return None
 
     def ended(
-        self, run: TaskRun, *, app_handle: str, state: str, msg: str, **kwargs: Any
+        self,
+        run: TaskRun,
+        *,
+        app_handle: str,
+        state: str,
+        msg: str,
+        earlier_try: bool = False,
+        **kwargs: Any,
     ) -> NextAttempt | None:
         return None
 

@@ -15,7 +15,7 @@ from typing import Any
 HANDLE_KEY = "torchx_app_handle"
 #: A submission under way: ``{token, scheduler, since}`` (``run.durable``).
 SUBMISSION_KEY = "torchx_submission"
-#: The attempts of the task's current job, oldest first (``policies.resubmission``).
+#: The attempts of the task's current job, oldest first (``run.attempts``).
 ATTEMPTS_KEY = "torchx_attempts"
 #: When the app was submitted: ``{app_handle, at}`` (``policies.cost``).
 SUBMITTED_KEY = "torchx_submitted"

@@ -156,6 +156,12 @@ class FsspecStore(EdgeQueries, TrackerBase):
         """Writer: make the root exist (readers never create it); raises when it cannot be created."""
         self.fs.makedirs(self.root, exist_ok=True)
 
+    def check_metadata(self, **kwargs: object) -> None:
+        """An fsspec store takes any metadata JSON can hold: nothing to refuse before writing."""
+
+    def check_artifact(self, name: str, path: str, metadata: Mapping[str, object] | None = None) -> None:
+        """An fsspec store takes any artifact: nothing to refuse before writing."""
+
     def make_ready(self) -> None:
         """Before a job writes: the root exists (``create_root``)."""
         self.create_root()

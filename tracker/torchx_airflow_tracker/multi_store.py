@@ -39,22 +39,17 @@ class MultiStore(TrackerBase):
     def add_artifact(
         self, run_id: str, name: str, path: str, metadata: Mapping[str, object] | None = None
     ) -> None:
-        self._check("check_artifact", name, path, metadata)
+        for store in self.stores:  # every store that would refuse the write says so before any writes
+            store.check_artifact(name, path, metadata)
         for store in self.stores:
             store.add_artifact(run_id, name, path, metadata)
-
-    def _check(self, method: str, *args: object, **kwargs: object) -> None:
-        """Every store that can refuse a write says so before any store writes."""
-        for store in self.stores:
-            check = getattr(store, method, None)
-            if check is not None:
-                check(*args, **kwargs)
 
     def artifacts(self, run_id: str) -> Mapping[str, TrackerArtifact]:
         return self.stores[0].artifacts(run_id)
 
     def add_metadata(self, run_id: str, **kwargs: object) -> None:
-        self._check("check_metadata", **kwargs)
+        for store in self.stores:  # every store that would refuse the write says so before any writes
+            store.check_metadata(**kwargs)
         for store in self.stores:
             store.add_metadata(run_id, **kwargs)
 

@@ -76,6 +76,12 @@ class ProviderStore(MetricsStore, Protocol):
 
     # this package's
 
+    def check_metadata(self, **kwargs: object) -> None:
+        """Raise what ``add_metadata`` would, without writing (a multi-store asks every store first)."""
+
+    def check_artifact(self, name: str, path: str, metadata: Mapping[str, object] | None = None) -> None:
+        """Raise what ``add_artifact`` would, without writing."""
+
     def make_ready(self) -> None:
         """Writer, before a job writes: the store exists (an fsspec root, an MLflow experiment)."""
 

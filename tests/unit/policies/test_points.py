@@ -175,6 +175,9 @@ class KeyedTI(TI):
     dag_id, run_id, task_id, map_index = "etl", "manual__1", "train", -1
 
 
+IN_ON_KILL: list[bool] = []  # whether on_kill is running, as a signal handler would be
+
+
 def _killed_mid_wait(monkeypatch, state: str) -> tuple[Gatekeeper, FakeSchedulerHook, BaseException]:
     """``on_kill`` lands while the worker polls the job; the API server says the task is ``state``."""
     monkeypatch.setattr(kills, "read_task_state", lambda key: (state, True))
@@ -185,7 +188,11 @@ def _killed_mid_wait(monkeypatch, state: str) -> tuple[Gatekeeper, FakeScheduler
 
     def status(handle: str) -> Any:
         if hook.calls == 1:
-            op.on_kill()  # the signal lands while the worker polls
+            IN_ON_KILL.append(True)
+            try:
+                op.on_kill()  # the signal lands while the worker polls
+            finally:
+                IN_ON_KILL.pop()
         return asked(handle)
 
     hook.status = status  # type: ignore[method-assign]
@@ -196,11 +203,23 @@ def _killed_mid_wait(monkeypatch, state: str) -> tuple[Gatekeeper, FakeScheduler
     return gatekeeper, hook, ended.value
 
 
-def test_a_kill_cancels_the_job_and_closes_the_execution_once_from_on_kill(monkeypatch):
+def test_a_kill_cancels_the_job_ends_the_wait_and_closes_the_execution_once_in_its_thread(monkeypatch):
+    """on_kill cancels and ends the wait at once (no poll for the CANCELLED state while Airflow's
+    SIGKILL comes); the execution closes itself once the wait ended, never inside the signal handler."""
+    closed_in_on_kill: list[bool] = []
+    gatekeeper_closed = Gatekeeper.closed
+
+    def closed(self: Gatekeeper, run: Any, **kwargs: Any) -> None:
+        closed_in_on_kill.append(bool(IN_ON_KILL))
+        gatekeeper_closed(self, run, **kwargs)
+
+    monkeypatch.setattr(Gatekeeper, "closed", closed)
     gatekeeper, hook, error = _killed_mid_wait(monkeypatch, "failed")
     assert hook.cancelled == [HANDLE]
-    assert type(error) is TorchXAppFailedError and error.state == "CANCELLED"  # the wait saw it end
-    assert _closed(gatekeeper) == [("closed", None, "TorchXTaskKilledError")]  # once: on_kill's
+    assert type(error) is TorchXTaskKilledError and "the task instance is now 'failed'" in str(error)
+    assert _closed(gatekeeper) == [("closed", None, "TorchXTaskKilledError")]
+    assert hook.calls == 1  # the wait asked nothing more after the kill
+    assert closed_in_on_kill == [False]
 
 
 def test_a_deploys_sigterm_mid_wait_leaves_the_job_and_closes_with_the_interruption(monkeypatch):
@@ -350,3 +369,38 @@ def test_the_kill_error_names_the_reason():
     assert "its execution_timeout passed" in str(
         TorchXTaskKilledError(HANDLE, "its execution_timeout passed")
     )
+
+
+def test_a_cancel_that_fails_after_a_timeout_still_closes_the_execution_once(monkeypatch):
+    hook = FakeSchedulerHook([AppState.RUNNING])
+    asked = hook.status
+
+    def status(handle: str) -> Any:
+        if hook.calls >= 1:
+            raise AirflowTaskTimeout("Timeout")
+        return asked(handle)
+
+    def cancel(handle: str) -> None:
+        raise RuntimeError("scancel: slurmctld is down")
+
+    hook.status, hook.cancel = status, cancel  # type: ignore[method-assign]
+    gatekeeper = Gatekeeper()
+    with pytest.raises(AirflowTaskTimeout):
+        _operator(hook, policies=[gatekeeper]).execute(_context(TaskStateStore()))
+    assert _closed(gatekeeper) == [("closed", None, "AirflowTaskTimeout")]
+
+
+class NoConnection(FakeSchedulerHook):
+    """A task whose connection cannot be read (deleted, its secrets backend down)."""
+
+    @property
+    def scheduler(self) -> str:  # type: ignore[override]
+        raise TorchXConfigError("The connection 'torchx_default' does not exist")
+
+
+def test_an_error_before_the_app_is_built_closes_the_execution_too():
+    gatekeeper = Gatekeeper()
+    op = _operator(NoConnection([AppState.SUCCEEDED]), policies=[gatekeeper])
+    with pytest.raises(TorchXConfigError, match="does not exist"):
+        op.execute(_context(TaskStateStore()))
+    assert gatekeeper.seen == [("closed", None, "TorchXConfigError")]

@@ -1,5 +1,6 @@
-"""Each of the task's own policies at its four points, against a fake run (no operator, no lifecycle):
-what it answers at a point, and what it leaves on the run for the others."""
+"""Each built-in policy at its points, called as the lifecycle calls them (by keyword) on a real
+``TaskRun`` of a fake scheduler (no operator, no lifecycle): what it answers at a point, and what it
+leaves on the run for the others."""
 
 from __future__ import annotations
 
@@ -55,11 +56,11 @@ def FakeRun(hook: FakeSchedulerHook, store: Any = None, tracker: Any = None) -> 
         hook=hook,  # type: ignore[arg-type]
         trackers=lambda: trackers,  # type: ignore[arg-type,return-value]
         build_app=lambda: app,
-        app_parts={"app": app},
+        app_parts=lambda: {"app": app},
         durable=True,
         tracker_timeout=5.0,
         wait_for_completion=True,
-        waits_in_triggerer=False,
+        waits_in_triggerer=lambda: False,
         task_log=logging.getLogger("fake-run"),
     )
 
@@ -100,10 +101,10 @@ def test_the_resubmission_policy_answers_an_infrastructure_end_with_the_next_att
     attempt = policy.ended(run, app_handle=FIRST, state="FAILED", msg=NODE_FAIL_MSG)
     assert isinstance(attempt, NextAttempt) and attempt.number == 2
     assert attempt.app.roles[0].env[RESUME_FROM_ENV] == "/ckpt/1"
-    assert attempt.details == {"resume_from": "/ckpt/1"}
+    assert attempt.details == {"resumed_from": "/ckpt/1"}
     assert run.attempts.of(FIRST)["reason"] == "NODE_FAIL"
     run.submission = RESUBMITTED
-    run.attempts.record_start(SECOND, "/ckpt/1")
+    run.attempts.record_start(SECOND, attempt.number, **attempt.details)
     policy.submitted(run, app_handle=SECOND)
     assert [a["app_handle"] for a in state.values[ATTEMPTS_KEY]] == [FIRST, SECOND]
     assert tracker.edges == [(SECOND, FIRST, "checkpoint")]  # the lineage of the resumed job

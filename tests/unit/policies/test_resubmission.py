@@ -498,3 +498,27 @@ def test_a_retry_that_resubmits_its_earlier_try_s_job_reads_its_usage_once_and_c
     with pytest.raises(TorchXCostLimitError, match=r"1\.0000 USD already spent"):
         op.execute(_context(store))
     assert hook.usage_reads == [HANDLE]
+
+
+def test_a_new_chain_starts_before_the_job_is_submitted():
+    """The earlier job's chain is cleared before the new job's submission mark: a worker that dies
+    between sbatch and the handle's write leaves a job the next try recovers as attempt 1, never as
+    the next attempt of a chain that is not its own (the budget, the try's cost, the result)."""
+    hook = FakeSchedulerHook([AppState.SUCCEEDED])
+    old_chain = [{"attempt": 1, "app_handle": "slurm://torchx/1", "state": "FAILED", "usage": {}}]
+    store = TaskStateStore({ATTEMPTS_KEY: old_chain})
+    op, _ = _resubmitting(hook, store)
+    result = op.execute(_context(store))
+    writes = store.writes
+    assert writes.index(("set", ATTEMPTS_KEY)) < writes.index(("set", "torchx_submission"))
+    assert [a["app_handle"] for a in result["attempts"]] == [HANDLE]
+
+
+def test_a_task_that_does_not_wait_reads_the_usage_of_its_job_already_over_and_resubmits_nothing():
+    hook = FakeSchedulerHook([NODE_FAIL])
+    hook.usage_answer = {"source": "sacct", "elapsed_s": 3.0}
+    op, _ = _resubmitting(hook, TaskStateStore(), wait_for_completion=False)
+    with pytest.raises(TorchXAppFailedError) as failed:
+        op.execute(_context(TaskStateStore()))
+    assert failed.value.usage is not None and failed.value.usage["elapsed_s"] == 3.0
+    assert len(hook.tokens) == 1  # no replacement: nobody would wait for it

@@ -87,10 +87,11 @@ class CostPolicy(RunPolicy):
     ) -> None:
         """The ended job's usage (and cost) into the result's fields, the task log and the trackers.
 
-        An earlier try's job found ended is read only if it is resubmitted (``before_submit``): the
-        try that ran it recorded its usage when it saw it end, and a fresh job replaces it otherwise.
+        An earlier try's job found ended is read now only when it SUCCEEDED (its result is the task's);
+        one that failed is read only if it is resubmitted (``before_submit``): the try that ran it
+        recorded its usage when it saw it end, and a fresh job replaces it otherwise.
         """
-        if not earlier_try:
+        if not earlier_try or state == "SUCCEEDED":
             self._record_end(run, app_handle, state)
 
     def _record_end(self, run: TaskRun, app_handle: str, state: str) -> None:
@@ -117,20 +118,11 @@ class CostPolicy(RunPolicy):
     def finished(
         self, run: TaskRun, *, app_handle: str, result: dict[str, Any], **kwargs: Any
     ) -> dict[str, Any]:
-        """The usage of a job whose end this execution did not hear: read now when it ended (an
-        earlier try's, found SUCCEEDED), else left for later (a task that does not wait)."""
-        if "usage" in result:
-            return result
-        state = str(result.get("state"))
-        if state in _TERMINAL:
-            self._record_end(run, app_handle, state)
-            result.update({k: run.result_fields[k] for k in ("usage", "cost") if k in run.result_fields})
-        else:
-            result["usage"], _ = self._accounting(run).at_end(app_handle, run.app, state, False, run.context)
+        if "usage" not in result:  # a task that does not wait: read when the app ends
+            state = str(result.get("state"))
+            usage, _ = self._accounting(run).at_end(app_handle, run.app, state, False, run.context)
+            result["usage"] = usage
         return result
-
-
-_TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 
 def _cost_total(cost: Any) -> float:

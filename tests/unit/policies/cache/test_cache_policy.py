@@ -124,6 +124,23 @@ def test_a_task_with_a_running_job_of_its_own_reattaches_instead_of_taking_a_cac
     assert state.get(CACHE_KEY) == result["cache_key"]
 
 
+def test_an_earlier_tries_job_found_succeeded_is_recorded_with_its_usage(store, tmp_path):
+    """A retry finds its earlier try's job SUCCEEDED (that try kept the job's key, submitted, and
+    died): the result is that job's, with its usage read now, and its cache record carries it (a
+    later hit reports what it cost, and that the hit spent nothing)."""
+    key = _first_run(FsspecStore(str(tmp_path / "elsewhere")))["cache_key"]  # the same task's key
+    hook = CachingHook([AppState.SUCCEEDED])
+    hook.usage_answer = {"source": "sacct", "elapsed_s": 42.0}
+    state = TaskStateStore({HANDLE_KEY: SECOND, CACHE_KEY: key})
+    op = _task(hook, store)
+    result = op.execute(_context(op, state))
+    assert result["app_handle"] == SECOND and result["usage"]["elapsed_s"] == 42.0
+    assert getattr(hook, "tokens", []) == []
+    hit_op = _task(CachingHook([AppState.SUCCEEDED]), store)
+    hit = hit_op.execute(_context(hit_op, TaskStateStore()))
+    assert hit["cache_hit"] is True and hit["cached_usage"]["usage"]["elapsed_s"] == 42.0
+
+
 def test_a_task_whose_own_job_failed_submits_anew_instead_of_taking_a_cached_result(store):
     _first_run(store)
     hook = CachingHook([AppState.FAILED, AppState.SUCCEEDED])
