@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -89,15 +88,9 @@ class FsspecCacheRecords:
     def put(self, key: str, record: Mapping[str, Any]) -> None:
         path = self._path(key)
         text = json.dumps(dict(record), sort_keys=True, default=str)
-        files = self.store.files
-        if files.local:  # a reader sees the old record or the new one, never a part: write, then rename
-            import os
-
-            tmp = posixpath.join(self.store.root, f".{CACHE_FILE_PREFIX}{key}.{uuid.uuid4().hex}.part")
-            files.create(tmp, text)
-            os.replace(tmp, path)
-        else:  # one put is whole on object stores
-            files.write(path, text, self.store.root)
+        # a reader sees the old record or the new one, never a part (local disks: written beside it,
+        # then renamed over whatever stands there, a link included; one put is whole on object stores)
+        self.store.files.write(path, text, self.store.root)
 
     def get(self, key: str) -> dict[str, Any] | None:
         return _record(self.store.files.read_text(self._path(key)))
@@ -107,7 +100,7 @@ class FsspecCacheRecords:
         if self.store.files.read_text(path) is None:
             return False
         try:
-            self.store.fs.rm_file(path)
+            self.store.files.remove(path)
         except FileNotFoundError:
             return False
         return True

@@ -141,7 +141,7 @@ class FsspecStore(EdgeQueries, TrackerBase):
         self.fs, self.root = fsspec.core.url_to_fs(root, **dict(storage_options or {}))
         self.root = self.root.rstrip("/") or "/"
         self.url = root
-        self.files = StoreFiles(self.fs)
+        self.files = StoreFiles(self.fs, self.root)
         self._touched: set[str] = set()  # run dirs this object has indexed (their .i. marker exists)
         self._edges_written: set[Edge] = set()
         self._scanned: dict[str, list[Edge]] = {}  # unindexed run dirs read once by this object
@@ -227,7 +227,9 @@ class FsspecStore(EdgeQueries, TrackerBase):
         On local disks the run's directory is made first: a run whose directory this call made has
         no earlier sources to index, so there is no marker or edge of it to read (most writes of a
         job go to a run new to the store), and its ``.i.`` marker is written at once, unless its
-        first edge, about to be added, is to stand for it.
+        first edge, about to be added, is to stand for it. A run someone else made is left as it is:
+        a writer never reads another writer's edge files (whoever made the run indexed it, or readers
+        read it from its own directory until ``reindex()`` does).
         """
         run_dir = self._run_dir(run_id)
         dir_name = posixpath.basename(run_dir)
@@ -240,8 +242,6 @@ class FsspecStore(EdgeQueries, TrackerBase):
             return run_dir, True  # marked touched once the first-edge marker is there
         if made:
             self.files.create_once(posixpath.join(self.root, INDEXED_PREFIX + dir_name))
-        else:
-            self._index_run(dir_name, run_id)
         self._touched.add(dir_name)
         return run_dir, False
 
