@@ -125,10 +125,12 @@ class AirflowStack:
 
     # REST API
 
-    def _request(self, method: str, path: str, body: Any = None, auth: bool = True) -> Any:
+    def _request(
+        self, method: str, path: str, body: Any = None, auth: bool = True, token: str | None = None
+    ) -> Any:
         headers = {"Content-Type": "application/json"}
         if auth:
-            headers["Authorization"] = f"Bearer {self.token()}"
+            headers["Authorization"] = f"Bearer {token or self.token()}"
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(f"{self.url}{path}", data=data, headers=headers, method=method)
         with urllib.request.urlopen(req, timeout=30) as resp:
@@ -137,14 +139,20 @@ class AirflowStack:
 
     def token(self) -> str:
         if self._token is None:
-            reply = self._request(
-                "POST", "/auth/token", {"username": "admin", "password": self.password}, auth=False
-            )
-            self._token = reply["access_token"]
+            self._token = self.token_of("admin", self.password)
         return self._token
 
-    def api(self, method: str, path: str, body: Any = None) -> Any:
-        return self._request(method, f"/api/v2{path}", body)
+    def token_of(self, username: str, password: str | None = None) -> str:
+        """A token of ``username``: another user of ``AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS`` has the
+        password the API server generated for it in the stack's ``passwords.json``."""
+        if password is None:
+            password = json.loads((self.home / "stack" / "passwords.json").read_text())[username]
+        reply = self._request("POST", "/auth/token", {"username": username, "password": password}, auth=False)
+        return str(reply["access_token"])
+
+    def api(self, method: str, path: str, body: Any = None, token: str | None = None) -> Any:
+        """A REST call as admin, or as the user whose ``token`` is given."""
+        return self._request(method, f"/api/v2{path}", body, token=token)
 
     def wait_for_dag(self, dag_id: str, timeout: float = 180) -> None:
         dag = wait_until(lambda: self._dag(dag_id), f"DAG {dag_id} parsed", timeout, interval=1)

@@ -4,7 +4,9 @@ CPUs and 16 GB for an hour) is far over their ``max_cost``, on connections that 
 ``tx_cost_approval``: a classic and a ``@task.torchx`` task on ``torchx_approval`` (the approver has
 minutes). ``tx_cost_approval_timeout``: one task on ``torchx_approval_short`` (seconds): no one answers.
 ``tx_cost_approval_changed``: a ``@task.torchx`` task whose app's replicas come from the Airflow
-Variable ``tx_approval_replicas``, which the test changes between the question and the answer.
+Variable ``tx_approval_replicas``, which the test changes between the question and the answer. Those
+connections name the approver (``cost_approvers``); ``tx_cost_approval_self`` is on
+``torchx_approval_open``, which names none: the requester answers it.
 """
 
 from __future__ import annotations
@@ -47,6 +49,16 @@ with DAG("tx_cost_approval_timeout", schedule=None, start_date=START, catchup=Fa
         task_id="dear",
         app=dear_app("dear-unanswered"),
         torchx_conn_id="torchx_approval_short",
+        max_cost=0.01,
+        expected_duration=3600,
+        poll_interval=1,
+    )
+
+with DAG("tx_cost_approval_self", schedule=None, start_date=START, catchup=False, tags=TAGS):
+    TorchXOperator(
+        task_id="dear",
+        app=dear_app("dear-self"),
+        torchx_conn_id="torchx_approval_open",
         max_cost=0.01,
         expected_duration=3600,
         poll_interval=1,

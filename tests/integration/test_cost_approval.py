@@ -1,9 +1,11 @@
 """Over-budget approval through Airflow's own human-in-the-loop, on a running Airflow
 (tests/dags/torchx_approval_dags.py, local_cwd): the tasks wait in ``awaiting_input`` with the
-estimate in their request; approved through the REST API, the app is submitted and the result records
-who approved; rejected, or unanswered at the connection's timeout, nothing is submitted and the task
-fails naming the estimate; approved after the app changed (a Variable its function reads), nothing is
-submitted and the task fails naming the approved and the new fingerprint."""
+estimate in their request, assigned to the connection's approver; approved by that approver through
+the REST API, the app is submitted and the result records who approved and who asked (the requester,
+``admin``, who triggered the run, is refused by Airflow); rejected, or unanswered at the connection's
+timeout, nothing is submitted and the task fails naming the estimate; approved after the app changed (a
+Variable its function reads), nothing is submitted and the task fails naming the approved and the new
+fingerprint; on a connection that names no approver, the requester's own approval submits nothing."""
 
 from __future__ import annotations
 
@@ -19,14 +21,18 @@ from tests.stack import REPO, AirflowStack
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 PRICES = {"cpu_hour": 0.04, "mem_gb_hour": 0.01, "currency": "EUR"}
 DAG, TIMEOUT_DAG, CHANGED_DAG = "tx_cost_approval", "tx_cost_approval_timeout", "tx_cost_approval_changed"
+SELF_DAG = "tx_cost_approval_self"
+APPROVER = "approver"  # a second Airflow user; admin triggers every run
 ESTIMATE = "0.4800 EUR"  # 8 CPUs x 0.04 + 16 GB x 0.01, for an hour
 # longer than the scheduler takes to see the parked workload end (a few seconds on a busy machine): a
 # timeout sweep before that resumes the task, and the parked workload's late "success" fails it
 SHORT_TIMEOUT = 15
 
 
-def _conn(timeout_s: float) -> str:
+def _conn(timeout_s: float, approvers: list[str] | None = None) -> str:
     extra = {"scheduler": "local_cwd", "prices": PRICES, "cost_approval_timeout": timeout_s}
+    if approvers is not None:
+        extra["cost_approvers"] = approvers
     return json.dumps({"conn_type": "torchx", "extra": extra})
 
 
@@ -37,8 +43,10 @@ def stack(tmp_path_factory):
         home=home,
         dags_folder=REPO / "tests" / "dags",
         env_extra={
-            "AIRFLOW_CONN_TORCHX_APPROVAL": _conn(600),
-            "AIRFLOW_CONN_TORCHX_APPROVAL_SHORT": _conn(SHORT_TIMEOUT),
+            "AIRFLOW_CONN_TORCHX_APPROVAL": _conn(600, [APPROVER]),
+            "AIRFLOW_CONN_TORCHX_APPROVAL_SHORT": _conn(SHORT_TIMEOUT, [APPROVER]),
+            "AIRFLOW_CONN_TORCHX_APPROVAL_OPEN": _conn(600),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"admin:admin,{APPROVER}:admin",
             # the scheduler's sweep that answers requests past their timeout (default every 15 s)
             "AIRFLOW__SCHEDULER__TRIGGER_TIMEOUT_CHECK_INTERVAL": "2",
             "AIRFLOW__CORE__PARALLELISM": "2",
@@ -53,9 +61,16 @@ def _hitl_path(dag_id: str, run_id: str, task_id: str) -> str:
 
 
 def _answer(
-    stack: AirflowStack, run_id: str, task_id: str, option: str, dag_id: str = DAG, before=None
+    stack: AirflowStack,
+    run_id: str,
+    task_id: str,
+    option: str,
+    dag_id: str = DAG,
+    before=None,
+    user: str = APPROVER,
 ) -> dict:
-    """Answer ``option`` to the task's request once it waits (calling ``before()`` just before)."""
+    """``user`` answers ``option`` to the task's request once it waits (calling ``before()`` just
+    before)."""
     ti = stack.wait_ti(dag_id, run_id, task_id, ("awaiting_input", "failed", "success"), timeout=600)
     assert ti["state"] == "awaiting_input", stack.log(dag_id, run_id, task_id, 1)[-3000:]
     request = stack.api("GET", _hitl_path(dag_id, run_id, task_id))
@@ -75,9 +90,9 @@ def _answer(
     wait_until(lambda: parked in scheduler_log.read_text(), f"{task_id} parked", 120)
     if before is not None:
         before()
-    return stack.api(
-        "PATCH", _hitl_path(dag_id, run_id, task_id), {"chosen_options": [option], "params_input": {}}
-    )
+    token = None if user == "admin" else stack.token_of(user)
+    answer = {"chosen_options": [option], "params_input": {}}
+    return stack.api("PATCH", _hitl_path(dag_id, run_id, task_id), answer, token=token)
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +100,9 @@ def runs(stack):
     """One run nobody answers, beside one approved, then one rejected (one after the other: the
     stack's SQLite database takes one writer at a time)."""
     unanswered, approved = stack.trigger(TIMEOUT_DAG), stack.trigger(DAG)
+    with pytest.raises(urllib.error.HTTPError) as refused:  # the requester is no assigned approver
+        _answer(stack, approved, "dear", "Approve", user="admin")
+    assert refused.value.code == 403
     for task_id in ("dear", "dear_decorated"):
         _answer(stack, approved, task_id, "Approve")
     runs = {"approved": (approved, stack.wait_run(DAG, approved, timeout=600))}
@@ -101,6 +119,9 @@ def runs(stack):
 
     _answer(stack, changed, "changed", "Approve", CHANGED_DAG, before=more_replicas)
     runs["changed"] = (changed, stack.wait_run(CHANGED_DAG, changed, timeout=600))
+    own = stack.trigger(SELF_DAG)  # no approver named: anyone may answer, and the requester does
+    _answer(stack, own, "dear", "Approve", SELF_DAG, user="admin")
+    runs["self"] = (own, stack.wait_run(SELF_DAG, own, timeout=600))
     return runs
 
 
@@ -113,12 +134,14 @@ def test_approved_runs_are_submitted_and_record_the_approval(stack, runs):
         assert result["app_handle"].startswith("local_cwd://")
         assert stack.xcom(DAG, run_id, task_id, "app_handle") == result["app_handle"]
         approval = result["cost_approval"]
-        assert approval["approved_by"]["name"] == "admin"
+        assert approval["approved_by"]["name"] == APPROVER and approval["requested_by"] == "admin"
         assert approval["responded_at"]
         assert (approval["estimate"], approval["max_cost"], approval["currency"]) == (0.48, 0.01, "EUR")
         log = stack.log(DAG, run_id, task_id, 1)
         assert "waiting up to 600 s for an approver" in log
-        assert "admin approved the estimated cost over max_cost" in log
+        assert f"{APPROVER} approved the estimated cost over max_cost" in log
+        request = stack.api("GET", _hitl_path(DAG, run_id, task_id))
+        assert [u["id"] for u in request["assigned_users"]] == [APPROVER]
         assert "Submitted TorchX app" in log
 
 
@@ -129,7 +152,9 @@ def test_rejected_runs_submit_nothing_and_fail_with_the_estimate(stack, runs):
         assert stack.ti(DAG, run_id, task_id)["state"] == "failed"
         assert stack.xcom(DAG, run_id, task_id, "app_handle") is None
         log = stack.log(DAG, run_id, task_id, 1)
-        assert f"the estimated cost {ESTIMATE} is over max_cost=0.01 EUR and was not approved: admin" in log
+        assert (
+            f"the estimated cost {ESTIMATE} is over max_cost=0.01 EUR and was not approved: {APPROVER}" in log
+        )
         assert "rejected it at" in log
         assert "Submitted TorchX app" not in log
 
@@ -150,5 +175,15 @@ def test_an_approval_of_another_app_submits_nothing(stack, runs):
     assert state == "failed"
     assert stack.xcom(CHANGED_DAG, run_id, "changed", "app_handle") is None
     log = stack.log(CHANGED_DAG, run_id, "changed", 1)
-    assert "admin (id admin) approved it at" in log and "but the app changed since (approved sha256:" in log
+    assert f"{APPROVER} (id {APPROVER}) approved it at" in log
+    assert "but the app changed since (approved sha256:" in log
+    assert "Submitted TorchX app" not in log
+
+
+def test_the_requester_cannot_approve_their_own_run(stack, runs):
+    run_id, state = runs["self"]
+    assert state == "failed"
+    assert stack.xcom(SELF_DAG, run_id, "dear", "app_handle") is None
+    log = stack.log(SELF_DAG, run_id, "dear", 1)
+    assert "admin (id admin) approved it at" in log and "they triggered this DAG run" in log
     assert "Submitted TorchX app" not in log

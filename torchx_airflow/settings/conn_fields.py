@@ -71,6 +71,19 @@ CONN_FIELDS: dict[str, dict[str, dict[str, Any]]] = {
             "estimate is over its max_cost, waiting this many seconds; no answer rejects it "
             "(empty: over max_cost fails)",
         },
+        "cost_approvers": {
+            "label": "Cost approvers",
+            "schema": {"type": ["array", "string", "null"]},
+            "description": "Who may approve a run over its max_cost: Airflow user ids, as a JSON list "
+            '(["alice", "bob"], or [{"id": "7", "name": "alice"}]) or comma-separated (empty: any user '
+            "who may act on the task, but the requester)",
+        },
+        "cost_self_approval": {
+            "label": "Requester may approve",
+            "schema": {"type": ["boolean", "null"], "default": False},
+            "description": "Let the user who triggered the DAG run approve their own run over its "
+            "max_cost (default: no)",
+        },
         "cache": {
             "label": "Cache runs",
             "schema": {"type": ["boolean", "null"], "default": False},

@@ -14,7 +14,9 @@ resubmitted within the task's try (a task's own wins; unset: ``[torchx] infrastr
 see ``torchx_airflow.policies.resubmission``).
 ``prices``: the price table that turns a run's usage into a cost (``torchx_airflow.policies.cost.pricing``).
 ``cost_approval_timeout``: seconds an approver is given to let a run over its ``max_cost`` be submitted
-(``torchx_airflow.policies.cost.approval``; unset: such a run fails before submitting).
+(``torchx_airflow.policies.cost.approval``; unset: such a run fails before submitting);
+``cost_approvers``: the Airflow users who may approve it (unset: anyone who may act on the task);
+``cost_self_approval``: whether the user who triggered the DAG run may approve their own (default false).
 ``cache``: whether the connection's tasks are cached (``policies.cache``) unless a task says
 otherwise (default false); ``cache_ttl``: seconds a cache record is used (a task's own wins; default
 30 days); ``cache_scope``: ``dag`` (hits only within a DAG) or ``deployment`` (a task's own wins;
@@ -57,6 +59,8 @@ class TorchXConnectionSettings:
     infrastructure_retries: int | None = None
     prices: PriceTable | None = None
     cost_approval_timeout: float | None = None
+    cost_approvers: tuple[dict[str, str], ...] = ()
+    cost_self_approval: bool = False
     cache: bool = False
     cache_ttl: float | None = None
     cache_scope: str | None = None
@@ -106,6 +110,8 @@ class TorchXConnectionSettings:
             ),
             prices=PriceTable.from_extra(conn_id, get("prices")),
             cost_approval_timeout=_seconds(get("cost_approval_timeout")),  # its schema: a positive number
+            cost_approvers=_parse_approvers(conn_id, get("cost_approvers")),
+            cost_self_approval=parse_bool(conn_id, "cost_self_approval", get("cost_self_approval")),
             cache=parse_bool(conn_id, "cache", get("cache")),
             cache_ttl=_parse_cache_ttl(conn_id, get("cache_ttl")),
             cache_scope=_checked(
@@ -149,6 +155,38 @@ def _parse_cache_ttl(conn_id: str, value: Any) -> float | None:
 
 
 _TRACKERS_EXAMPLE = '["torchx_fsspec_default", "mlflow_default"] or "torchx_fsspec_default,mlflow_default"'
+
+
+_APPROVERS_EXAMPLE = '["alice", "bob"] or [{"id": "7", "name": "alice"}]'
+
+
+def _parse_approvers(conn_id: str, value: Any) -> tuple[dict[str, str], ...]:
+    """``cost_approvers``: Airflow users as ``{"id", "name"}`` (a plain string is both), from a JSON
+    list or a comma-separated string."""
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise TorchXConnectionError(
+                f"Connection {conn_id!r}: extra 'cost_approvers' is not a valid JSON list ({e}): {value!r}. "
+                f"Write it as e.g. {_APPROVERS_EXAMPLE}."
+            ) from e
+    elif isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    approvers = []
+    for entry in value or []:
+        if isinstance(entry, str) and entry.strip():
+            approvers.append({"id": entry.strip(), "name": entry.strip()})
+        elif isinstance(entry, Mapping) and all(
+            isinstance(entry.get(k), str) and entry[k] for k in ("id", "name")
+        ):
+            approvers.append({"id": str(entry["id"]), "name": str(entry["name"])})
+        else:
+            raise TorchXConnectionError(
+                f"Connection {conn_id!r}: extra 'cost_approvers' holds {entry!r}, which is no Airflow user. "
+                f"Name each by its user id, or as {{'id', 'name'}}: e.g. {_APPROVERS_EXAMPLE}."
+            )
+    return tuple(approvers)
 
 
 def _parse_trackers(conn_id: str, value: Any) -> tuple[str, ...]:

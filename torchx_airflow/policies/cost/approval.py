@@ -23,6 +23,14 @@ one try Airflow keeps the first request's text, so a second question would show 
 Clearing the task asks again with the new ones.
 
 A new try of the task (a retry, a clear) asks again: a request belongs to one try.
+
+**Who may approve.** The connection's extra ``cost_approvers`` names them (Airflow user ids): the
+request is assigned to them, and Airflow's API refuses an answer from anyone else. The user who
+triggered the DAG run (its *requester*) is never among them and cannot approve their own run,
+unless the connection's extra ``cost_self_approval`` is true: an approval by the requester fails the
+task without submitting, and a request whose only named approver is the requester is not asked
+(``TorchXCostApprovalError`` naming both settings). A run nobody triggered (a schedule) has no
+requester.
 """
 
 from __future__ import annotations
@@ -103,8 +111,9 @@ def approve_or_raise(
     now = asked(over, app_fingerprint(app, hook.scheduler, cfg, hook.torchx_conn_id))
     resumed = run.resumed_with or {}
     answer = resumed.get("event")
+    requester = requester_of(run)
     if not isinstance(answer, dict) or not ("chosen_options" in answer or "error_type" in answer):
-        _ask(run, run.context["ti"].id, over, now, timeout_s)
+        _ask(run, run.context["ti"].id, over, now, timeout_s, approvers_for(run, over, requester))
     chosen = list(answer.get("chosen_options") or [])
     user = answer.get("responded_by_user")  # {"id", "name"}; None: Airflow's scheduler at the timeout
     responded_at = answer.get("responded_at")
@@ -113,9 +122,25 @@ def approve_or_raise(
         raise TorchXCostApprovalError(
             over, f"{user['name']} (id {user['id']}) approved it at {at}, but {changed}"
         )
+    if (
+        chosen == [APPROVE]
+        and user
+        and _is_requester(user, requester)
+        and not hook.settings.cost_self_approval
+    ):
+        raise TorchXCostApprovalError(
+            over,
+            f"{user['name']} (id {user['id']}) approved it at {at}, but they triggered this DAG run, and the "
+            f"requester may not approve their own run (connection {hook.torchx_conn_id!r}: name other "
+            "approvers in extra 'cost_approvers', or set extra 'cost_self_approval' to true)",
+        )
     if chosen == [APPROVE] and user:
         run.log.warning("%s approved the estimated cost over max_cost at %s: submitting", user["name"], at)
-        approval = {"approved_by": {"id": user["id"], "name": user["name"]}, "responded_at": at}
+        approval = {
+            "approved_by": {"id": user["id"], "name": user["name"]},
+            "responded_at": at,
+            "requested_by": requester,
+        }
         run.result_fields[RESULT_KEY] = {**approval, **now}
         return run.result_fields[RESULT_KEY]
     if not user:  # the request's default at its timeout (or the timeout without an answer)
@@ -125,12 +150,47 @@ def approve_or_raise(
     raise TorchXCostApprovalError(over, f"{user['name']} (id {user['id']}) rejected it at {at}")
 
 
+def requester_of(run: TaskRun) -> str | None:
+    """The user who triggered the task's DAG run (None: a schedule, or Airflow does not say)."""
+    dag_run = run.context.get("dag_run")
+    name = getattr(dag_run, "triggering_user_name", None)
+    return str(name) if name else None
+
+
+def _is_requester(user: Mapping[str, Any], requester: str | None) -> bool:
+    return requester is not None and requester in (str(user.get("id")), str(user.get("name")))
+
+
+def approvers_for(run: TaskRun, over: TorchXCostLimitError, requester: str | None) -> list[dict[str, str]]:
+    """The users the request is assigned to: the connection's ``cost_approvers`` but the requester
+    (unless ``cost_self_approval``); [] for anyone who may act on the task. Raises when the
+    requester is the only one named: nobody else could answer."""
+    settings = run.hook.settings
+    named = [dict(a) for a in settings.cost_approvers]
+    if settings.cost_self_approval:
+        return named
+    others = [a for a in named if not _is_requester(a, requester)]
+    if named and not others:
+        raise TorchXCostApprovalError(
+            over,
+            f"the only approver the connection {run.hook.torchx_conn_id!r} names ({requester!r}) triggered "
+            "this DAG run, and the requester may not approve their own run. Name other approvers in "
+            "extra 'cost_approvers', or set extra 'cost_self_approval' to true",
+        )
+    return others
+
+
 def _figures(over: TorchXCostLimitError) -> dict[str, Any]:
     return {"estimate": over.estimate, "max_cost": over.max_cost, "currency": over.currency}
 
 
 def _ask(
-    run: TaskRun, ti_id: Any, over: TorchXCostLimitError, now: dict[str, Any], timeout_s: float
+    run: TaskRun,
+    ti_id: Any,
+    over: TorchXCostLimitError,
+    now: dict[str, Any],
+    timeout_s: float,
+    approvers: list[dict[str, str]],
 ) -> NoReturn:
     """Write the request and park the task awaiting the answer, keeping what it asks (never returns)."""
     from airflow.sdk.exceptions import TaskAwaitingInput
@@ -146,8 +206,16 @@ def _ask(
         f"nothing is submitted). {REJECT}, or no answer within {timeout_s:g} s, fails the task without "
         "submitting anything."
     )
+    if approvers:
+        body += "\n\n**Approvers**: " + ", ".join(a["name"] for a in approvers)
     upsert_hitl_detail(
-        ti_id=ti_id, options=[APPROVE, REJECT], subject=subject, body=body, defaults=[REJECT], params={}
+        ti_id=ti_id,
+        options=[APPROVE, REJECT],
+        subject=subject,
+        body=body,
+        defaults=[REJECT],
+        params={},
+        assigned_users=approvers or None,  # type: ignore[arg-type]  # HITLUser is a TypedDict of these
     )
     run.log.warning(
         "Estimated cost over max_cost: waiting up to %g s for an approver (Required Actions page)", timeout_s

@@ -60,14 +60,22 @@ def _asked(run: FakeRun, estimate: float = 8.0) -> dict[str, Any]:
 
 
 def _run(
-    timeout_s: float | None = 60.0, answer: dict | None = None, asked: dict | None | bool = True
+    timeout_s: float | None = 60.0,
+    answer: dict | None = None,
+    asked: dict | None | bool = True,
+    requester: str | None = None,
+    **approval: Any,
 ) -> FakeRun:
-    """A run resumed with ``answer`` and, by default, the request for its own app (``asked``)."""
+    """A run resumed with ``answer`` and, by default, the request for its own app (``asked``), of a
+    DAG run ``requester`` triggered; ``approval``: the connection's approver settings."""
     hook = FakeSchedulerHook([])
     settings = TorchXConnectionSettings(scheduler="slurm", prices=PriceTable(cpu_hour=1.0))
-    hook.settings = replace(settings, cost_approval_timeout=timeout_s)
+    hook.settings = replace(settings, cost_approval_timeout=timeout_s, **approval)
     run = FakeRun(hook)
-    run.context = {"ti": SimpleNamespace(id="ti-1")}
+    run.context = {
+        "ti": SimpleNamespace(id="ti-1"),
+        "dag_run": SimpleNamespace(triggering_user_name=requester),
+    }
     run.resumed_with = {}
     if answer is not None:
         run.resumed_with = {"event": answer}
@@ -101,6 +109,7 @@ def test_an_approval_lets_the_submission_go_on_and_is_recorded(asked):
     assert run.result_fields["cost_approval"] == {
         "approved_by": {"id": "7", "name": "admin"},
         "responded_at": AT.isoformat(),
+        "requested_by": None,
         "estimate": 8.0,
         "max_cost": 5.0,
         "currency": "USD",
@@ -206,3 +215,59 @@ def test_without_the_setting_or_on_a_resubmission_nobody_is_asked(asked):
             _over_budget(run)
         assert not isinstance(err.value, TorchXCostApprovalError)
     assert asked == []
+
+
+ALICE, BOB = {"id": "alice", "name": "alice"}, {"id": "bob", "name": "bob"}
+
+
+def test_the_request_is_assigned_to_the_named_approvers_but_the_requester(asked):
+    run = _run(requester="alice", cost_approvers=(ALICE, BOB))
+    with pytest.raises(TaskAwaitingInput):
+        _over_budget(run)
+    (request,) = asked
+    assert request["assigned_users"] == [BOB]  # Airflow's API refuses an answer from anyone else
+    assert "**Approvers**: bob" in request["body"]
+
+
+def test_the_requester_cannot_approve_their_own_run_unless_the_connection_allows_it(asked):
+    run = _run(answer=_answer(["Approve"], ALICE), requester="alice")
+    with pytest.raises(TorchXCostApprovalError, match="they triggered this DAG run.*cost_self_approval"):
+        _over_budget(run)
+    assert "cost_approval" not in run.result_fields
+    allowed = _run(answer=_answer(["Approve"], ALICE), requester="alice", cost_self_approval=True)
+    _over_budget(allowed)
+    assert allowed.result_fields["cost_approval"]["requested_by"] == "alice"
+
+
+def test_a_request_whose_only_approver_is_the_requester_is_not_asked(asked):
+    run = _run(requester="alice", cost_approvers=(ALICE,))
+    with pytest.raises(TorchXCostApprovalError, match="only approver .* \\('alice'\\) triggered"):
+        _over_budget(run)
+    assert asked == []
+
+
+def test_a_scheduled_run_has_no_requester_and_any_named_approver_is_asked(asked):
+    run = _run(requester=None, cost_approvers=(ALICE,))
+    with pytest.raises(TaskAwaitingInput):
+        _over_budget(run)
+    assert asked[0]["assigned_users"] == [ALICE]
+
+
+@pytest.mark.parametrize(
+    ("extra", "approvers"),
+    [
+        ({"cost_approvers": "alice, bob"}, (ALICE, BOB)),
+        ({"cost_approvers": '["alice", {"id": "7", "name": "admin"}]'}, (ALICE, ADMIN)),
+        ({"cost_approvers": ["alice"]}, (ALICE,)),
+        ({}, ()),
+    ],
+)
+def test_the_approvers_extra_takes_ids_or_users(extra, approvers):
+    assert TorchXConnectionSettings.from_extra("c", extra).cost_approvers == approvers
+
+
+def test_an_approver_that_is_no_user_is_refused_naming_the_form():
+    from torchx_airflow.exceptions import TorchXConnectionError
+
+    with pytest.raises(TorchXConnectionError, match="'cost_approvers' holds \\{'id': 7\\}.*alice"):
+        TorchXConnectionSettings.from_extra("c", {"cost_approvers": [{"id": 7}]})
