@@ -281,11 +281,13 @@ def test_edges_between_runs_carry_the_artifact_names(pipeline):
         ]
 
 
-def test_a_forged_record_in_either_store_is_a_miss_its_step_runs_again_and_then_hits(pipeline):
-    """A job with the stores' credentials rewrote b's record in the fsspec store and in the MLflow
-    server (a backdoored artifact and a ``javascript:`` link, the signature kept): b runs again
-    (one warning per store), its downstream deploys nothing of the attacker's, and the record b's
-    new run signs hits on the next run."""
+def test_a_forged_record_is_never_taken_and_never_hides_the_honest_one(pipeline):
+    """A job with the stores' credentials wrote a forged record of b (a backdoored artifact and a
+    ``javascript:`` link, the signature kept) into the fsspec store (where it replaces the record)
+    and the MLflow server (where it is one more record, the newest). The forged one is ignored with
+    a warning, and the honest record the MLflow server still holds is a hit: nothing runs, nothing of
+    the attacker's reaches b or c. With the fsspec store alone, b runs again (its only record is
+    forged), and the record its run signs hits on the next run."""
     pipe, first = pipeline
     key = first.xcom("b")["cache_key"]
     forged_path = "s3://attacker-bucket/backdoored.pt"
@@ -298,13 +300,18 @@ def test_a_forged_record_in_either_store_is_a_miss_its_step_runs_again_and_then_
 
     result, ran = pipe.run()
     assert result.states == {"a": "success", "b": "success", "c": "success"}, result.output[-4000:]
-    assert ran == ["b"]  # the forged record is a miss; c's input (b's output) is as it was
-    assert _hits(result) == {"a": True, "b": False, "c": True}
-    assert result.output.count(f"Cache record {key} in") >= 1 and "ignored (a miss)" in result.output
-    assert forged_path not in json.dumps(result.xcom("b")) and forged_path not in json.dumps(result.xcom("c"))
-    assert "javascript:" not in json.dumps(result.xcom("b"))
-    for store in stores:  # b's run signed a new record in each store
-        assert store.cache_records.get(key)["result"]["artifacts"]["out"]["path"] != forged_path
+    assert ran == [] and _hits(result) == {"a": True, "b": True, "c": True}
+    assert f"Cache record {key} in FsspecStore" in result.output and "ignored" in result.output
+    for step in ("b", "c"):
+        assert forged_path not in json.dumps(result.xcom(step)) and "javascript:" not in json.dumps(
+            result.xcom(step)
+        )
 
-    again, ran = pipe.run()
+    alone, ran = pipe.run(trackers=("cache_fs",))
+    assert alone.states == {"a": "success", "b": "success", "c": "success"}, alone.output[-4000:]
+    assert ran == ["b"]  # its only record here is forged; c's input (b's output) is as it was
+    assert forged_path not in json.dumps(alone.xcom("b")) and forged_path not in json.dumps(alone.xcom("c"))
+    assert stores[0].cache_records.get(key)["result"]["artifacts"]["out"]["path"] != forged_path
+
+    again, ran = pipe.run(trackers=("cache_fs",))
     assert ran == [] and _hits(again) == {"a": True, "b": True, "c": True}

@@ -4,6 +4,7 @@ ranks race, batched writes, values over MLflow's limits, lineage tags, inline co
 from __future__ import annotations
 
 import contextlib
+import json
 import multiprocessing
 import threading
 import time
@@ -179,9 +180,9 @@ def requests_made(monkeypatch) -> list[str]:
 
 
 def test_a_new_run_with_a_hundred_keys_takes_five_requests(mlflow_uri, requests_made):
-    """A job's first write to a new run: the experiment lookup (which names the claims run), the
-    search for the run, create_run carrying the first batch of tags, the claim, and one log_batch
-    (the run id tag and the metrics). The previous version made seven."""
+    """A job's first write to a new run: the experiment lookup (which names the claims run), one read
+    of the claims (which bind run ids to runs), create_run carrying the first batch of tags, the
+    claim, and one log_batch (the run id tag and the metrics). The previous version made seven."""
     experiment = f"requests-{uuid.uuid4().hex[:6]}"
     MlflowStore(mlflow_uri, experiment).add_metadata("slurm://torchx/earlier", a=1)  # claims run made
     requests_made.clear()
@@ -196,8 +197,9 @@ def test_a_new_run_with_a_hundred_keys_takes_five_requests(mlflow_uri, requests_
 
 
 def test_graph_reads_every_edge_in_one_search_and_answers_details_from_it(mlflow_uri, requests_made):
-    """graph() (what the lineage view reads first) costs the experiment lookup and one search; the
-    details of its runs then cost no request, except a run this store object wrote since."""
+    """graph() (what the lineage view reads first) costs the experiment lookup, one search and one
+    read of the claims (each run id's run is the one its claim names); the details of its runs then
+    cost no request, except a run this store object wrote since."""
     experiment = f"graph-{uuid.uuid4().hex[:6]}"
     writer = MlflowStore(mlflow_uri, experiment)
     writer.add_metadata("x://s/parent", kind="data")
@@ -209,13 +211,13 @@ def test_graph_reads_every_edge_in_one_search_and_answers_details_from_it(mlflow
     requests_made.clear()
     store = MlflowStore(mlflow_uri, experiment)
     graph = store.graph()
-    assert len(requests_made) == 2, requests_made  # the experiment lookup, one page of runs
+    assert len(requests_made) == 3, requests_made  # the experiment lookup, one page of runs, the claims
     assert graph.children_of("x://s/parent") == {"x://s/child": ("data", "model")}
     assert graph.parents_of("x://s/grandchild") == {"x://s/child": (None,)}
     assert graph.children_of("x://s/child") == {"x://s/grandchild": (None,)}
     assert store.metadata("x://s/child") == {"lr": 0.1}
     assert set(store.artifacts("x://s/child")) == {"model"}
-    assert len(requests_made) == 2
+    assert len(requests_made) == 3
     store.add_metadata("x://s/child", lr=0.2)
     assert store.metadata("x://s/child") == {"lr": 0.2}  # read again after its own write
 
@@ -230,7 +232,7 @@ def test_a_rank_losing_the_claim_writes_its_first_batch_to_the_winner(mlflow_uri
     assert won
     winner.client.set_tag(winner_id, RUN_ID_TAG, run_id)
     loser = MlflowStore(mlflow_uri, experiment)
-    loser._runs_of = lambda _run_id: []  # this rank searched before the winner's run had its tag
+    loser._claimed = lambda _run_id, runs=None: None  # this rank searched before the winner's run had its tag
     loser.add_metadata(run_id, big="b" * 20000, **{f"k{k}": k for k in range(150)})
     assert loser.mlflow_run_id(run_id) == winner_id
     assert MlflowStore(mlflow_uri, experiment).metadata(run_id) == {
@@ -371,3 +373,59 @@ def test_a_store_whose_server_hangs_holds_no_other_store_back(mlflow_uri):
     worker.start()
     worker.join(60)
     assert len(opened) == 1, "a store waited for another store's stuck server"
+
+
+def test_a_run_dated_1970_carrying_another_runs_id_changes_nothing_a_reader_sees(mlflow_uri):
+    """Any client of the server can create a run, date it 1970 and tag it with a victim's run id,
+    before or after the victim's first write. The victim's run is the one its claim names: every
+    reader (metadata, artifacts, sources, the graph, the run list) sees only it, and the victim's
+    later writes, through a new store object as the worker's are, land in it, never in the impostor."""
+    experiment = f"impostor-{uuid.uuid4().hex[:6]}"
+    victim_id, early_id = (
+        f"slurm://torchx/victim-{uuid.uuid4().hex[:6]}",
+        f"slurm://torchx/early-{uuid.uuid4().hex[:6]}",
+    )
+    client = MlflowClient(mlflow_uri)
+    victim = MlflowStore(mlflow_uri, experiment)
+
+    def impostor(run_id: str) -> str:
+        run = client.create_run(victim.experiment_id, start_time=0, run_name=run_id)
+        forged = {"key": "loss", "value": 0.0001}
+        for key, value in {
+            RUN_ID_TAG: run_id,
+            "torchx.metadata.loss": json.dumps(forged),
+            "torchx.artifact.model": json.dumps(
+                {"name": "model", "path": "/attacker/model.pt", "metadata": None}
+            ),
+        }.items():
+            client.set_tag(run.info.run_id, key, value)
+        return run.info.run_id
+
+    early = impostor(early_id)  # before the victim ever wrote: the victim's first write still claims its own
+    victim.add_metadata(early_id, loss=0.7)
+    victim.add_metadata(victim_id, loss=0.5)
+    victim.add_artifact(victim_id, "model", "/runs/victim/model.pt")
+    victim.add_source(victim_id, "slurm://torchx/prepare-1", "data")
+    late = impostor(victim_id)  # after it
+
+    for reader in (MlflowStore(mlflow_uri, experiment), MlflowStore(mlflow_uri, experiment)):
+        assert reader.metadata(victim_id) == {"loss": 0.5} and reader.metadata(early_id) == {"loss": 0.7}
+        assert reader.artifacts(victim_id)["model"].path == "/runs/victim/model.pt"
+        assert [s.source_run_id for s in reader.sources(victim_id)] == ["slurm://torchx/prepare-1"]
+        assert sorted(reader.run_ids()) == sorted([victim_id, early_id])
+        graph = reader.graph()
+        assert graph.parents_of(victim_id) == {"slurm://torchx/prepare-1": ("data",)}
+        assert reader.mlflow_run_id(victim_id) not in (early, late)
+
+    worker = MlflowStore(mlflow_uri, experiment)  # the worker records usage afterwards
+    worker.add_metadata(victim_id, torchx_usage={"elapsed_s": 3})
+    assert MlflowStore(mlflow_uri, experiment).metadata(victim_id) == {
+        "loss": 0.5,
+        "torchx_usage": {"elapsed_s": 3},
+    }
+    for impostor_id in (early, late):
+        tags = client.get_run(impostor_id).data.tags
+        assert (
+            "torchx.metadata.torchx_usage" not in tags
+            and json.loads(tags["torchx.metadata.loss"])["value"] == 0.0001
+        )

@@ -42,7 +42,9 @@ def test_torchxs_mlflow_reader_lists_exactly_our_runs(mlflow_uri):
     _record(store, key)
     store.add_artifact(RUN, "model", "/models/m.pt")
     loser = MlflowStore(mlflow_uri, experiment=experiment)
-    loser._runs_of = lambda _run_id: []  # searched before the winner's run had its tag: it races, loses
+    loser._claimed = lambda _run_id, runs=None: (
+        None
+    )  # searched before the winner's run had its tag: it races, loses
     loser.add_metadata(RUN, rank=1)
     store.add_source(CHILD, RUN, "model")
 

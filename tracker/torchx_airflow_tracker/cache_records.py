@@ -47,6 +47,8 @@ class MlflowSide(Protocol):
 
 
 CACHE_FILE_PREFIX = ".c."
+#: Records of one key a reader tries at most (newest first): anyone may add one, the launcher's verifies
+MAX_CANDIDATES = 20
 CACHE_EXPERIMENT_PREFIX = ".torchx-cache."
 KEY_TAG = "torchx.cache_key"
 RECORD_TAG = "torchx.cache.record"
@@ -94,6 +96,11 @@ class FsspecCacheRecords:
 
     def get(self, key: str) -> dict[str, Any] | None:
         return _record(self.store.files.read_text(self._path(key)))
+
+    def candidates(self, key: str) -> list[dict[str, Any]]:
+        """The one record a key has here (a write replaces it)."""
+        record = self.get(key)
+        return [] if record is None else [record]
 
     def delete(self, key: str) -> bool:
         path = self._path(key)
@@ -167,26 +174,31 @@ class MlflowCacheRecords:
         return sorted(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id), reverse=True)
 
     def put(self, key: str, record: Mapping[str, Any]) -> None:
+        """A run of its own for each record: a run another writer made under the same key (any job
+        may) is never written to, and the newest record that verifies is the one readers take."""
         from torchx_airflow_tracker.mlflow_tags import encode as _encode
         from torchx_airflow_tracker.mlflow_tags import log_tags
 
         check_cache_key(key)
         parts, tags = _encode(RECORD_TAG, dict(record))  # ValueTooLargeError before anything is written
-        existing = self._runs(key)
         client = self.store.client
-        if existing:
-            run_id = existing[0].info.run_id
-        else:
-            experiment = self._experiment(create=True)
-            run_id = client.create_run(str(experiment), run_name=key[:16], tags={KEY_TAG: key}).info.run_id
+        experiment = self._experiment(create=True)
+        run_id = client.create_run(str(experiment), run_name=key[:16], tags={KEY_TAG: key}).info.run_id
         # parts first (immutable, named by their digest): the record tag never points at a missing part
         log_tags(client, run_id, parts)
         log_tags(client, run_id, tags)
 
     def get(self, key: str) -> dict[str, Any] | None:
+
+        found = self.candidates(key)
+        return found[0] if found else None
+
+    def candidates(self, key: str) -> list[dict[str, Any]]:
+        """The records of ``key`` that decode, newest first (at most ``MAX_CANDIDATES``)."""
         from torchx_airflow_tracker.mlflow_tags import decode as _decode
 
         check_cache_key(key)
+        found: list[dict[str, Any]] = []
         for run in self._runs(key):
             tags = run.data.tags
             if RECORD_TAG in tags:
@@ -194,8 +206,11 @@ class MlflowCacheRecords:
                     value = _decode(tags[RECORD_TAG], tags)
                 except (KeyError, ValueError):
                     continue
-                return value if isinstance(value, dict) else None
-        return None
+                if isinstance(value, dict):
+                    found.append(value)
+                if len(found) >= MAX_CANDIDATES:
+                    break
+        return found
 
     def delete(self, key: str) -> bool:
         check_cache_key(key)

@@ -16,6 +16,12 @@ A value whose JSON is longer than MLflow's 8,000-character tag limit is split in
 agree through a claim (an experiment name, which MLflow keeps unique), with no fixed wait. The
 claims are params of one run kept in the experiment ``.torchx-claims.<experiment id>``, so every run
 of the configured experiment is a TorchX run (TorchX's own ``MLflowTracker`` lists them all).
+
+**A TorchX run id is bound once, to the MLflow run its claim names.** MLflow lets any client create
+a run (dated 1970, if it likes) and tag it with any run id; readers and writers alike take the run
+the claim (a param, which MLflow never lets anyone change) names, never the earliest or the first
+run a search finds, and ignore every other run carrying the same tag: such a run changes nothing a
+reader sees, and the claimed run's later writes stay in it.
 """
 
 from __future__ import annotations
@@ -180,6 +186,7 @@ class MlflowStore(EdgeQueries, TrackerBase):
         self._mlflow_ids: dict[str, str] = {}
         self._series_keys: set[str] = set()  # metric keys this object logged with steps
         self._known_claims_run: str | None = None
+        self._claims_read: dict[str, str] | None = None
         # graph(): (when, {TorchX run id: its run's tags})
         self._snapshot: tuple[float, dict[str, dict[str, str]]] | None = None
         #: the bound of ``ProviderStore``: an MLflow server bounds each tag's size itself
@@ -239,22 +246,69 @@ class MlflowStore(EdgeQueries, TrackerBase):
             if not token:
                 return runs
 
-    def _runs_of(self, run_id: str) -> list[Run]:
-        runs = self._search(f"tags.`{RUN_ID_TAG}` = {_quote(run_id)}")
-        return sorted(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id))
-
     def mlflow_run_id(self, run_id: str, create: bool = False) -> str | None:
-        """The MLflow run of a TorchX run id; with ``create``, made if missing (one, however many race)."""
+        """The MLflow run of a TorchX run id (its claim's); with ``create``, made if missing (one,
+        however many race)."""
         if run_id not in self._mlflow_ids:
-            runs = self._runs_of(run_id)
-            if runs:
-                self._mlflow_ids[run_id] = runs[0].info.run_id
+            claimed = self._claimed(run_id)
+            if claimed is not None:
+                self._mlflow_ids[run_id] = claimed
             elif create:
                 mlflow_id, won = self._create_once(run_id)
                 if won:
                     self.client.set_tag(mlflow_id, RUN_ID_TAG, run_id)
                 self._mlflow_ids[run_id] = mlflow_id
         return self._mlflow_ids.get(run_id)
+
+    def _claims(self, fresh: bool = False) -> dict[str, str]:
+        """The claims: ``{<digest of run id>.<generation>: MLflow run id}``, one read of the claims run
+        (kept per store object; ``fresh``: read again)."""
+        if self._claims_read is None or fresh:
+            run = self.client.get_run(self._claims_run) if self._claims_known() else None
+            self._claims_read = dict(run.data.params) if run is not None else {}
+        return self._claims_read
+
+    def _claims_known(self) -> bool:
+        """Whether the experiment has a claims run yet (readers never make one)."""
+        _ = self.experiment_id  # its lookup names the claims run, once there is one
+        if self._known_claims_run or "_claims_run" in self.__dict__:
+            return True
+        return bool(self.client.get_experiment(self.experiment_id).tags.get(REGISTRY_TAG))
+
+    def _claimed(self, run_id: str, runs: Mapping[str, Run] | None = None) -> str | None:
+        """The MLflow run ``run_id``'s claim names: the first generation whose run is alive and is
+        that run id's (``runs``: the experiment's runs by MLflow id, when a search has them)."""
+        read_before = self._claims_read is not None
+        for fresh in (False, True):  # claims this object read earlier may predate the run's
+            if fresh and not read_before:
+                return None  # the claims were just read: they are current
+            claims = self._claims(fresh)
+            for generation in range(MAX_CLAIM_GENERATIONS):
+                mlflow_id = claims.get(f"{_digest(run_id)}.{generation}")
+                if mlflow_id is None:
+                    break
+                if self._is_run_of(mlflow_id, run_id, runs):
+                    return mlflow_id
+            if runs is not None:
+                return None
+        return None
+
+    def _is_run_of(self, mlflow_id: str, run_id: str, runs: Mapping[str, Run] | None) -> bool:
+        """Whether ``mlflow_id`` is a live run made for ``run_id`` (a claimed run may not carry
+        ``RUN_ID_TAG`` yet: its winner tags it right after its claim)."""
+        from mlflow.exceptions import MlflowException
+
+        if runs is not None:
+            run = runs.get(mlflow_id)
+        else:
+            try:
+                run = self.client.get_run(mlflow_id)
+            except MlflowException:
+                return False
+        if run is None or run.info.lifecycle_stage == "deleted":
+            return False
+        tags = run.data.tags
+        return run_id in (tags.get(RUN_ID_TAG), tags.get(CANDIDATE_TAG))
 
     @cached_property
     def _claims_run(self) -> str:
@@ -389,11 +443,13 @@ class MlflowStore(EdgeQueries, TrackerBase):
         The lineage view reads a store's graph, then the details of the runs it draws.
         """
         runs = self._search(f"tags.`{RUN_ID_TAG}` LIKE '%'")
+        by_mlflow_id = {run.info.run_id: run for run in runs}
         tags_of: dict[str, dict[str, str]] = {}
-        # the earliest run of an id is its run (as _runs_of picks it)
-        for run in sorted(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id), reverse=True):
-            tags_of[run.data.tags[RUN_ID_TAG]] = dict(run.data.tags)
-            self._mlflow_ids[run.data.tags[RUN_ID_TAG]] = run.info.run_id
+        for run_id in {run.data.tags[RUN_ID_TAG] for run in runs}:  # each id: the run its claim names
+            claimed = self._claimed(run_id, by_mlflow_id)
+            if claimed is not None:
+                tags_of[run_id] = dict(by_mlflow_id[claimed].data.tags)
+                self._mlflow_ids[run_id] = claimed
         graph = EdgeGraph()
         for run_id, tags in tags_of.items():
             for tag_key, value in tags.items():

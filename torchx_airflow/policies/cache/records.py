@@ -175,27 +175,30 @@ def find_record(
     written it); a store that cannot be read is a warning and the next store is asked."""
     for store in stores:
         try:
-            record = store.cache_records.get(key)
+            candidates = store.cache_records.candidates(key)
         except Exception as e:  # a malformed record or an unreadable store never stops the lookup
             task_log.warning("Cache record %s in %r not read: %s: %s", key, store, type(e).__name__, e)
             continue
-        if record is None:
-            continue
-        why = usable(record, key, scope, ttl, keys, read_within=read_within)
-        if why is None:
-            return record
-        reason, suspicious = why
-        if suspicious:
-            task_log.warning(
-                "Cache record %s in %r ignored (a miss): %s. Only the launcher of this deployment signs "
-                "records; this one may have been written by a job or anyone with the store's credentials.",
-                key,
-                store,
-                reason,
-            )
-        else:
-            task_log.info("Cache record %s in %r not used: %s", key, store, reason)
+        for record in candidates:  # newest first: a newer record someone else wrote never hides ours
+            why = usable(record, key, scope, ttl, keys, read_within=read_within)
+            if why is None:
+                return record
+            _skipped(key, store, why, task_log)
     return None
+
+
+def _skipped(key: str, store: ProviderStore, why: tuple[str, bool], task_log: Any) -> None:
+    reason, suspicious = why
+    if suspicious:
+        task_log.warning(
+            "Cache record %s in %r ignored: %s. Only the launcher of this deployment signs records; this "
+            "one may have been written by a job or anyone with the store's credentials.",
+            key,
+            store,
+            reason,
+        )
+    else:
+        task_log.info("Cache record %s in %r not used: %s", key, store, reason)
 
 
 def write_record(stores: Sequence[ProviderStore], key: str, record: Mapping[str, Any], task_log: Any) -> int:
