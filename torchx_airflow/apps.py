@@ -23,6 +23,8 @@ from torchx_airflow.exceptions import TorchXAppHandleError, TorchXComponentError
 if TYPE_CHECKING:
     from torchx.specs import AppDef, AppDryRunInfo, AppStatus
 
+    from torchx_airflow.settings.connection import TorchXConnectionSettings
+
 # scheduler://session/app_id, the one identity string of a TorchX app. The app id may contain "/".
 _APP_HANDLE_RE = re.compile(r"^(?P<scheduler>[A-Za-z0-9_\-]+)://(?P<session>[^/]*)/(?P<app_id>.+)$")
 
@@ -236,29 +238,117 @@ def build_task_app(
     return built
 
 
-def output_roots(app: AppDef) -> tuple[str, ...]:
-    """The task's output root: the directories its own rendered arguments name. An absolute path
-    in an argument (or an ``--opt=/path`` value) counts as itself when it is a directory here, else
-    as its parent directory (a file, or a path the job has yet to make); ``/`` and anything under
-    ``/proc``, ``/sys`` or ``/dev`` never count."""
+#: Files of an app's arguments a cache key fingerprints at most.
+MAX_NAMED_FILES = 64
+
+
+def local_path(path: str) -> str | None:
+    """The local path ``path`` names (a plain path or a ``file://`` URL), or None for a remote URL.
+
+    >>> local_path("/data/x.csv"), local_path("file:///data/x.csv"), local_path("s3://b/x.csv")
+    ('/data/x.csv', '/data/x.csv', None)
+    """
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(path)
+    if not parts.scheme or len(parts.scheme) == 1:  # a path (or a Windows drive letter)
+        return path
+    if parts.scheme == "file" and parts.netloc in ("", "localhost"):
+        return parts.path or "/"
+    return None
+
+
+def argument_words(arg: str) -> list[str]:
+    """The words of one argument that may name a file: itself, ``--opt=value``'s value, the words of
+    a shell command (``bash -c "torchrun ... train.py"``), the items of an ``a,b,c`` list.
+
+    >>> argument_words("--models=/r/a.pt,/r/b.pt")
+    ['--models=/r/a.pt,/r/b.pt', '/r/a.pt,/r/b.pt', '--models=/r/a.pt', '/r/b.pt', '/r/a.pt', '/r/b.pt']
+    """
+    words = [arg]
+    if any(c.isspace() for c in arg):
+        try:
+            words += shlex.split(arg)
+        except ValueError:
+            words += arg.split()
+    for word in list(words):
+        if "=" in word:
+            words.append(word.split("=", 1)[1])
+        if "," in word:
+            words += word.split(",")
+    for word in list(words[len([arg]) :]):  # a --opt=a,b value's items
+        if "," in word:
+            words += word.split(",")
+    return words
+
+
+def argument_paths(app: AppDef | None) -> list[str]:
+    """The absolute local paths (plain, or ``file://`` URLs) the app's entrypoints and arguments name,
+    normalised, in order; never ``/`` or anything under ``/proc``, ``/sys`` or ``/dev``."""
     import os
     import posixpath
 
-    roots: dict[str, None] = {}
+    found: dict[str, None] = {}
+    for role in app.roles if app is not None else ():
+        for arg in [role.entrypoint, *role.args]:
+            for word in argument_words(str(arg)):
+                # a word holding spaces is a whole command or an option's text, not a path
+                path = local_path(word) if word and not any(c.isspace() for c in word) else None
+                if path and os.path.isabs(path) and len(path) < 4096:
+                    path = posixpath.normpath(path)
+                    if path != "/" and not any(path == t or path.startswith(t + "/") for t in _SYSTEM_TREES):
+                        found.setdefault(path)
+    return list(found)
+
+
+def named_files(app: AppDef) -> list[str]:
+    """The existing local files the app's entrypoints and arguments name (job scripts, configs, data
+    read by path), relative ones as seen from this process's directory; the first ``MAX_NAMED_FILES``."""
+    import os
+
+    found: dict[str, None] = {}
     for role in app.roles:
-        for arg in role.args:
-            words = [str(arg)]
-            if any(c.isspace() for c in words[0]):  # a shell command (dist.ddp's bash -c "torchrun ...")
-                with contextlib.suppress(ValueError):
-                    words = shlex.split(words[0])
-            for word in [*words, *(w.partition("=")[2] for w in words)]:
-                if not word.startswith("/") or any(c.isspace() for c in word) or len(word) > 4096:
-                    continue
-                path = posixpath.normpath(word)
-                root = path if os.path.isdir(path) else posixpath.dirname(path)
-                if root != "/" and not any(root == s or root.startswith(s + "/") for s in _SYSTEM_TREES):
-                    roots.setdefault(root)
-    return tuple(roots)
+        for arg in [role.entrypoint, *role.args]:
+            for word in argument_words(str(arg)):
+                if len(found) >= MAX_NAMED_FILES:
+                    return list(found)
+                if word and ("/" in word or "." in word) and len(word) < 4096 and _is_file(word):
+                    found.setdefault(os.path.abspath(word))
+    return list(found)
+
+
+def _is_file(word: str) -> bool:
+    import os
+
+    try:
+        return os.path.isfile(word)
+    except ValueError:  # a NUL in the word
+        return False
+
+
+def output_roots(app: AppDef) -> tuple[str, ...]:
+    """The directories the task's own rendered arguments name as outputs: an absolute path in an
+    argument (or an ``--opt=/path`` value, a ``a,b`` list's item) that is a directory here, or that
+    does not exist yet (the job makes it). Never a file's directory (a file named is an input),
+    never a parent of anything, never ``/`` or anything under ``/proc``, ``/sys`` or ``/dev``."""
+    import os
+
+    return tuple(p for p in argument_paths(app) if not os.path.lexists(p) or os.path.isdir(p))
+
+
+def task_output_roots(
+    app: AppDef, connection: TorchXConnectionSettings | None, *more: str | None
+) -> tuple[str, ...]:
+    """Where the task's outputs may lie: the deployment's ``output_roots`` (the connection's, else
+    ``[torchx]``'s, and ``more``: ``settings.resolve.output_roots``), the directories its own
+    arguments name as outputs (``output_roots``), and each file they name as itself (an input the
+    task was given, which a job may hand on, never a sibling of it)."""
+    import os
+
+    from torchx_airflow.settings.resolve import output_roots as configured
+
+    files = [p for p in argument_paths(app) if os.path.isfile(p)]
+    return tuple(dict.fromkeys([*configured(connection, *more), *output_roots(app), *files]))
 
 
 _SYSTEM_TREES = ("/proc", "/sys", "/dev")

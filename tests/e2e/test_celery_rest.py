@@ -181,9 +181,9 @@ def test_the_pipeline_spreads_over_both_workers_with_one_slurm_job_per_task(pipe
     assert {ti["state"] for ti in tis} == {"success"}
     assert {ti["hostname"] for ti in tis} <= set(WORKERS)
     hosts = _execution_hosts(stack, "torchx_pipeline", run)
+    # both workers ran the pipeline's tasks (which worker takes which depends on when a deferred
+    # train task frees its slot: under load one worker may start both before the other asks)
     assert {host for started in hosts.values() for host in started} == set(WORKERS), hosts
-    # the two train tasks were queued together: with one slot per worker, each worker took one
-    assert {hosts[("train", 0)][0], hosts[("train", 1)][0]} == set(WORKERS), hosts
     handles = [_handle(stack, "torchx_pipeline", run, "prepare")]
     handles += [_handle(stack, "torchx_pipeline", run, "train", i) for i in range(len(LRS))]
     handles.append(_handle(stack, "torchx_pipeline", run, "evaluate"))

@@ -44,7 +44,7 @@ def _stores(pipe: Pipeline) -> tuple[FsspecStore, MlflowStore]:
 def test_another_dags_record_is_never_a_hit_not_even_copied_under_this_dags_key(pipeline):
     """``tx_cache_other`` runs the same steps: its keys are its own (the DAG scope enters them), so
     it submits every job; A's genuine, signed record of ``b`` copied under B's key by a writer with
-    the stores' credentials is a miss with a warning, and B's ``b`` runs again."""
+    the stores' credentials is ignored with a warning: never A's result."""
     pipe, first = pipeline
     other, ran = pipe.run(dag_id="tx_cache_other")
     assert other.states == {"a": "success", "b": "success", "c": "success"}, other.output[-4000:]
@@ -59,11 +59,16 @@ def test_another_dags_record_is_never_a_hit_not_even_copied_under_this_dags_key(
         store.cache_records.put(theirs, store.cache_records.get(ours))  # signed, but DAG A's
     again, ran = pipe.run(dag_id="tx_cache_other")
     assert again.states == {"a": "success", "b": "success", "c": "success"}, again.output[-4000:]
-    assert ran == ["b"]  # b's job ran again; its output is as it was, so c hits
-    assert _hits(again) == {"a": True, "b": False, "c": True}
+    # the copy is ignored; B's own record (the MLflow server still holds it: a write adds a record
+    # there) is the hit, never A's result
+    assert ran == [] and _hits(again) == {"a": True, "b": True, "c": True}
     assert f"Cache record {theirs} in" in again.output and "it is the record of another key" in again.output
-    assert again.xcom("b")["app_handle"] != first.xcom("b")["app_handle"]
-    assert first.xcom("b")["app_handle"] not in json.dumps(again.xcom("c"))
+    assert again.xcom("b")["app_handle"] == other.xcom("b")["app_handle"] != first.xcom("b")["app_handle"]
+    alone, ran = pipe.run(dag_id="tx_cache_other", trackers=("cache_fs",))  # where the copy replaced it
+    assert alone.states == {"a": "success", "b": "success", "c": "success"}, alone.output[-4000:]
+    assert ran == ["b"]  # b's job ran again; its output is as it was, so c hits
+    assert _hits(alone) == {"a": True, "b": False, "c": True}
+    assert first.xcom("b")["app_handle"] not in json.dumps(alone.xcom("c"))
 
 
 @pytest.fixture
@@ -77,7 +82,8 @@ def loopback_url():
     ("planted", "refused"),
     [
         ("/dev/zero", "is under /proc, /sys or /dev: never read"),
-        ("fifo", "is not a regular file: not read"),
+        # beside a's output file, which b's arguments name (the file, never its directory)
+        ("fifo", "lies outside the task's output roots"),
         ("http", "is not under a configured tracker store: not read"),
     ],
 )
@@ -109,8 +115,9 @@ def test_two_deployment_keys_share_no_hit_and_an_untouched_record_still_hits(pip
     """The same pipeline under another deployment's key, on the same stores: ``a``'s secret enters its
     key as an HMAC under the deployment's key, so ``a``'s key differs; ``c`` holds no secret, so its
     key is the same, and this deployment's record of it does not verify there: every step runs (and
-    ``c``'s record is now the other deployment's). Back under this deployment's key, the untouched
-    records of ``a`` and ``b`` hit, and ``c``'s, signed by the other key, is a miss."""
+    ``c``'s newest record is now the other deployment's). Back under this deployment's key, the
+    untouched records of ``a`` and ``b`` hit; for ``c`` the other deployment's record is ignored (it
+    does not verify) and this deployment's own, which the MLflow server still holds, hits."""
     pipe, first = pipeline
     keys = {step: first.xcom(step)["cache_key"] for step in STEPS}
     theirs, ran = pipe.run(env={"AIRFLOW_VAR_TORCHX_CACHE_KEY": THEIRS})
@@ -124,8 +131,9 @@ def test_two_deployment_keys_share_no_hit_and_an_untouched_record_still_hits(pip
 
     ours, ran = pipe.run(env={"AIRFLOW_VAR_TORCHX_CACHE_KEY": OURS})
     assert ours.states == {"a": "success", "b": "success", "c": "success"}, ours.output[-4000:]
-    assert ran == ["c"]
-    assert _hits(ours) == {"a": True, "b": True, "c": False}
+    assert ran == []
+    assert _hits(ours) == {"a": True, "b": True, "c": True}
+    assert ours.xcom("c")["cached_from"] == first.xcom("c")["app_handle"]
     assert ours.xcom("a")["cached_from"] == first.xcom("a")["app_handle"]
     assert ours.xcom("b")["cached_from"] == first.xcom("b")["app_handle"]
     assert f"Cache record {keys['c']} in" in ours.output and "signature does not verify" in ours.output

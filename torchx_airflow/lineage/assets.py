@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, AssetAlias
@@ -44,6 +44,19 @@ class TorchXArtifactMissingError(TorchXInputError):
         super().__init__(
             f"TorchX app {app_handle} SUCCEEDED but recorded no artifact {name!r} for its asset "
             f"(recorded: {sorted(recorded)}). {fix}"
+        )
+
+
+class TorchXArtifactOutsideRootsError(TorchXInputError):
+    """The artifact an asset stands for lies outside the task's output roots: no event is published."""
+
+    def __init__(self, app_handle: str, name: str, path: str, roots: Sequence[str]) -> None:
+        super().__init__(
+            f"TorchX app {app_handle} SUCCEEDED, and its artifact {name!r} is recorded at {path!r}, outside "
+            f"the task's output roots ({', '.join(roots) or 'none'}): no asset event is published for it (a "
+            "tracker store is written by every job that tracks to it). Write the artifact under a directory "
+            "the task's arguments name as an output, or add its root to output_roots (the torchx "
+            "connection's extra, or [torchx] output_roots)."
         )
 
 
@@ -94,10 +107,15 @@ def artifact_uri(path: str) -> str:
 
 
 def emit_asset_events(
-    context: Context, artifact_assets: Mapping[str, Asset | AssetAlias], result: Mapping[str, Any]
+    context: Context,
+    artifact_assets: Mapping[str, Asset | AssetAlias],
+    result: Mapping[str, Any],
+    output_roots: Sequence[str],
 ) -> None:
-    """Put the run of a SUCCEEDED app on the asset events of the mapped outlets."""
-    from torchx_airflow.apps import SUCCEEDED  # at run time: DAG files import this module
+    """Put the run of a SUCCEEDED app on the asset events of the mapped outlets; an artifact whose
+    path lies outside the task's ``output_roots`` (``TaskRun.output_roots``) is refused: a store is
+    written by every job that tracks to it, and an event is never published for another's path."""
+    from torchx_airflow.apps import SUCCEEDED, is_under  # at run time: DAG files import this module
 
     if not artifact_assets or result.get("state") != SUCCEEDED:
         return
@@ -110,6 +128,8 @@ def emit_asset_events(
             tracked = bool(result.get("metadata") or artifacts or result.get("sources"))
             raise TorchXArtifactMissingError(app_handle, name, artifacts, tracked)
         path = str(artifact["path"])
+        if not any(is_under(path, root) for root in output_roots):
+            raise TorchXArtifactOutsideRootsError(app_handle, name, strip_userinfo(path), output_roots)
         extra: dict[str, JsonValue] = {
             "app_handle": app_handle,
             "artifact": name,

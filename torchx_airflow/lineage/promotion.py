@@ -5,9 +5,12 @@ lineage plugin's manual promotion (one run a person picked). The rules, in the o
 
 1. Only runs whose task returned a result with state ``SUCCEEDED`` are candidates (a failed,
    skipped or still-running map index has no such result); the others are left out and logged.
-2. The objective is read from the run's final metrics (numeric metadata counts as one). A candidate
-   without it, or with a value that is not a finite number, is an error naming the runs: promoting
-   among the runs that happened to log it could hide the best one.
+2. The objective is the run's final metric as its task recorded it when the run ended (the
+   result's ``metrics``: numeric metadata and each curve's last point; an older result's numeric
+   metadata), never read from the store again: any job tracking to the store may write into a run
+   after it ended. A candidate without it, or with a value that is no finite number, is left out
+   with a warning naming it (a value another job wrote is not this run's, never an error that
+   blocks the others); none left is an error.
 3. ``mode="min"`` takes the smallest value, ``"max"`` the largest; a tie goes to the earliest map
    index (the first grid point declared), so the choice is the same on every retry.
 4. No candidate at all is an error naming the task and the objective. The chosen run must have
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -115,7 +118,7 @@ def candidates_from_results(results: Mapping[int, Any]) -> list[Candidate]:
                 str(result["app_handle"]),
                 str(result.get("state")) if result.get("state") else None,
                 dict(result.get("artifacts") or {}),
-                numeric_metadata(result.get("metadata") or {}),
+                recorded_metrics(result),
             )
         )
     return candidates
@@ -129,6 +132,14 @@ def with_roots(candidates: Sequence[Candidate], submitted: Mapping[int, Any]) ->
         if isinstance(roots, list):
             candidate.roots = tuple(str(root) for root in roots if isinstance(root, str) and root)
     return list(candidates)
+
+
+def recorded_metrics(result: Mapping[str, Any]) -> dict[str, float]:
+    """The final metrics the task recorded when its run ended (``metrics``), finite numbers only; a
+    result from before that record: its numeric metadata."""
+    metrics = result.get("metrics")
+    source = metrics if isinstance(metrics, Mapping) else (result.get("metadata") or {})
+    return {k: v for k, v in numeric_metadata(source).items() if math.isfinite(v)}
 
 
 def numeric_metadata(metadata: Mapping[str, Any]) -> dict[str, float]:
@@ -161,20 +172,26 @@ def pick_best(candidates: Sequence[Candidate], spec: PromoteSpec, where: str) ->
             f"index(es) looked at), so there is nothing to promote by {spec.objective!r}. Check the "
             f"task's logs; promotion considers only runs whose task returned a SUCCEEDED result."
         )
-    missing = [c for c in succeeded if not _finite(c.metrics.get(spec.objective))]
-    if missing:
-        shown = ", ".join(
-            f"map index {c.map_index} ({c.app_handle}: {c.metrics.get(spec.objective, 'not logged')})"
-            for c in missing
+    ranked = [c for c in succeeded if _finite(c.metrics.get(spec.objective))]
+    for left_out in (c for c in succeeded if c not in ranked):
+        log.warning(
+            "%s: map index %s of %r (%s) is left out: its run recorded no finite %r when it ended",
+            where,
+            left_out.map_index,
+            spec.runs_of,
+            left_out.app_handle,
+            spec.objective,
         )
+    if not ranked:
+        logged = sorted(set().union(*(c.metrics for c in succeeded)))
         raise TorchXPromotionError(
-            f"{where}: objective {spec.objective!r} is missing or not a finite number for {shown}. "
-            f"Log it from every run of {spec.runs_of!r} as a final metric or numeric metadata "
-            f"(e.g. AppRun.run_from_env().add_metadata({spec.objective}=value)), or pick an objective "
-            f"they all log (logged: {sorted(set().union(*(c.metrics for c in succeeded)))})."
+            f"{where}: no run of {spec.runs_of!r} recorded the objective {spec.objective!r} as a finite "
+            f"number when it ended. Log it from every run as a final metric or numeric metadata (e.g. "
+            f"AppRun.run_from_env().add_metadata({spec.objective}=value)), or pick an objective they log "
+            f"(logged: {logged})."
         )
-    best = succeeded[0]
-    for candidate in succeeded[1:]:  # in map index order: a tie keeps the earlier run
+    best = ranked[0]
+    for candidate in ranked[1:]:  # in map index order: a tie keeps the earlier run
         if spec.better(candidate.metrics[spec.objective], best.metrics[spec.objective]):
             best = candidate
     return best
@@ -233,27 +250,3 @@ def record_promotion(stores: Sequence[ProviderStore], extra: Mapping[str, Any], 
     }
     for store in stores:
         store.add_metadata(str(extra["app_handle"]), **{PROMOTED_KEY: record})
-
-
-def with_final_metrics(
-    candidates: Sequence[Candidate],
-    store: ProviderStore | None,
-    read: Callable[[ProviderStore, str], Mapping[str, float]] | None = None,
-) -> list[Candidate]:
-    """Candidates whose metrics include the final metrics the store holds for them (over metadata).
-
-    ``read`` defaults to ``torchx_airflow.lineage.metrics.final_metrics`` (imported here: it opens
-    nothing at import time, but the store it reads may be MLflow).
-    """
-    if store is None:
-        return list(candidates)
-    if read is None:
-        from torchx_airflow.lineage.metrics import final_metrics
-
-        read = final_metrics
-    for candidate in candidates:
-        if candidate.succeeded:
-            # what the task returned when the run ended wins over what the store says now (any job
-            # may write there later); the store adds the curves' last points and later metrics
-            candidate.metrics = {**read(store, candidate.app_handle), **candidate.metrics}
-    return list(candidates)

@@ -1,4 +1,7 @@
-"""What a run recorded in a tracker store (metadata, artifacts, sources), read back as JSON-safe values."""
+"""What a run recorded in a tracker store (metadata, artifacts, sources, final metrics), read back as
+JSON-safe values when the run ends: the worker's record of it, which every later decision about the
+run (a promotion, a comparison's choice) takes instead of reading the store again, since any job
+tracking to the store may write into the run later."""
 
 from __future__ import annotations
 
@@ -13,17 +16,21 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-NO_RESULTS: dict[str, Any] = {"metadata": {}, "artifacts": {}, "sources": []}
+NO_RESULTS: dict[str, Any] = {"metadata": {}, "artifacts": {}, "sources": [], "metrics": {}}
 
 
 def run_results(store: ProviderStore, run_id: str) -> dict[str, Any]:
-    """The run's metadata, artifacts and sources from ``store``, JSON-safe, for XCom.
+    """The run's metadata, artifacts, sources and final metrics (``lineage.metrics.final_metrics``:
+    its numeric metadata and each curve's last point) from ``store``, JSON-safe, for XCom.
 
     The job writes the paths: a URL's user info (``https://bob:pw@host/x``) is taken out of every
     artifact path and source id, since XComs, asset events and lineage are read by people.
     """
+    from torchx_airflow.lineage.metrics import final_metrics
+
     try:
         metadata = dict(store.metadata(run_id))
+        metrics = final_metrics(store, run_id)
         artifacts = {
             name: {"name": a.name, "path": strip_userinfo(str(a.path)), "metadata": dict(a.metadata or {})}
             for name, a in store.artifacts(run_id).items()
@@ -32,4 +39,4 @@ def run_results(store: ProviderStore, run_id: str) -> dict[str, Any]:
     except Exception as e:
         log.warning("Could not read the results of %s from %r: %s: %s", run_id, store, type(e).__name__, e)
         return {key: type(value)() for key, value in NO_RESULTS.items()}
-    return json_safe({"metadata": metadata, "artifacts": artifacts, "sources": sources})
+    return json_safe({"metadata": metadata, "artifacts": artifacts, "sources": sources, "metrics": metrics})

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from torchx_airflow.apps import json_safe, output_roots, summarize_role
+from torchx_airflow.apps import json_safe, summarize_role
 from torchx_airflow.secrets import redact_text, should_hide_value_for_key
 
 if TYPE_CHECKING:
@@ -32,9 +32,14 @@ def _env(env: Mapping[str, str], secret_names: set[str]) -> dict[str, str]:
 
 
 def submitted_app(
-    app: AppDef, scheduler: str, cfg: Mapping[str, Any], secret_env_names: Iterable[str] = ()
+    app: AppDef,
+    scheduler: str,
+    cfg: Mapping[str, Any],
+    secret_env_names: Iterable[str] = (),
+    output_roots: Iterable[str] = (),
 ) -> dict[str, Any]:
-    """The record of ``app`` submitted to ``scheduler`` with run options ``cfg``, secrets masked."""
+    """The record of ``app`` submitted to ``scheduler`` with run options ``cfg``, secrets masked, and
+    where its outputs may lie (``output_roots``: ``TaskRun.output_roots``)."""
     names = set(secret_env_names)
     roles = []
     for role in app.roles:
@@ -48,6 +53,6 @@ def submitted_app(
         "app_name": app.name,
         "cfg": json_safe({k: redact_text(str(v)) if isinstance(v, str) else v for k, v in cfg.items()}),
         "roles": roles,
-        # the directories the task's own arguments name: where its artifacts may be promoted from
-        "output_roots": [redact_text(root) for root in output_roots(app)],
+        # where its artifacts may be promoted from (the deployment's roots, its arguments' outputs)
+        "output_roots": [redact_text(root) for root in output_roots],
     }

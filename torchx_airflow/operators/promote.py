@@ -35,7 +35,6 @@ from torchx_airflow.lineage.promotion import (
     pick_best,
     promotion_extra,
     record_promotion,
-    with_final_metrics,
     with_roots,
 )
 
@@ -136,9 +135,8 @@ class TorchXPromoteOperator(BaseOperator):
         results = self._results(context, upstream)
         submitted = self._results(context, upstream, key=XCOM_SUBMITTED_APP)
         trackers = self._trackers(context, upstream, submitted, where)
-        store = trackers.stores[0] if trackers else None
         candidates = with_roots(candidates_from_results(results), submitted)
-        best = pick_best(with_final_metrics(candidates, store), spec, where)
+        best = pick_best(candidates, spec, where)
         dag_run = context["dag_run"]
         extra = promotion_extra(best, spec, f"dag_run {dag_run.dag_id}/{dag_run.run_id}", where)
         record_promotion(trackers.stores if trackers else [], extra, spec.asset_uri)

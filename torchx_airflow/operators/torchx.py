@@ -72,8 +72,8 @@ class TorchXOperator(ResumableJobMixin, TorchXDryRunOperator):
         ``PREEMPTED``...) is resubmitted within this try, without using ``retries``.
     :param checkpoint_artifact: the artifact whose path a resubmitted job gets in
         ``TORCHX_AIRFLOW_RESUME_FROM`` (:mod:`torchx_airflow.policies.resubmission`).
-    :param checkpoint_root: the directory (or URL prefix) that path must lie under, else the job
-        starts fresh; unset anywhere: the directories the task's own arguments name.
+    :param checkpoint_root: deprecated: set ``output_roots`` (the connection's extra, or ``[torchx]``),
+        where every path read back from a store must lie; this adds one root for checkpoints.
     :param artifact_assets: artifact name -> ``Asset``/``AssetAlias`` of ``outlets``: the event of a
         SUCCEEDED app carries the handle and the artifact (:mod:`torchx_airflow.lineage.assets`).
     :param expected_duration: seconds (or a ``timedelta``) the app is expected to run, for the cost

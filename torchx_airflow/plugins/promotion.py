@@ -47,7 +47,6 @@ from torchx_airflow.lineage.promotion import (
     pick_best,
     promotion_extra,
     record_promotion,
-    with_final_metrics,
     with_roots,
 )
 
@@ -249,8 +248,7 @@ def add_promotion_routes(app: FastAPI, read_dependencies: list[Any]) -> None:
         stores = _stores(session, dag_id, run_id, body)
         where = f"Promotion of {body.task_id!r} (map index {body.map_index}) in DAG run {run_id!r}"
         try:
-            (candidate,) = with_final_metrics([candidate], stores[0] if stores else None)
-            pick_best([candidate], spec, where)  # the same checks: the objective must be there
+            pick_best([candidate], spec, where)  # the same checks: the objective must be recorded
             extra = promotion_extra(candidate, spec, f"user {user.get_name()}", where)
         except TorchXPromotionError as e:
             raise HTTPException(409, str(e)) from e

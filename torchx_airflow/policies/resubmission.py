@@ -8,18 +8,18 @@ infrastructure_retries``, 3 by default). A job that exits non-zero, runs out of 
 limit fails the task as before.
 
 Resume, not restart: when the ended job recorded an artifact named ``checkpoint`` (the task's
-``checkpoint_artifact``) in the task's first tracker, and its path lies under the task's
-``checkpoint_root`` (task, connection extra, ``[torchx] checkpoint_root``; unset: the task's output
-root, the directories its own rendered arguments name, ``apps.output_roots``), the new job gets its
-path in
-``TORCHX_AIRFLOW_RESUME_FROM`` and its attempt number in ``TORCHX_AIRFLOW_ATTEMPT`` (both unset on a
-first attempt). The artifact is read from the ended attempt's own run only, and any job tracking to
-the store can write one: a path anywhere else (another team's file, ``https://...``) is not handed
-on; the attempt starts fresh, with a warning. Training code should still load a checkpoint with
-``torch.load(path, weights_only=True)``, which unpickles no code. The lifecycle records every
-attempt (``run.attempts``: ``task_state_store`` key ``torchx_attempts``) before the next one is
-submitted, and each resubmission follows the durable protocol of the first (mark, handle,
-reattach), so a worker lost mid-way never duplicates a job nor forgets one.
+``checkpoint_artifact``) in the task's first tracker, and its path lies under the task's output
+roots (``run.output_roots``: ``output_roots`` of the connection or ``[torchx]``, and the directories
+its own rendered arguments name as outputs; the deprecated ``checkpoint_root`` adds one), the new
+job gets its path in ``TORCHX_AIRFLOW_RESUME_FROM`` and its attempt number in
+``TORCHX_AIRFLOW_ATTEMPT`` (both unset on a first attempt). The artifact is read from the ended
+attempt's own run only, and any job tracking to the store can write one: a path anywhere else
+(another team's file, ``https://...``) is not handed on; the attempt starts fresh, with a warning.
+Training code should still load a checkpoint with ``torch.load(path, weights_only=True)``, which
+unpickles no code. The lifecycle records every attempt (``run.attempts``: ``task_state_store`` key
+``torchx_attempts``) before the next one is submitted, and each resubmission follows the durable
+protocol of the first (mark, handle, reattach), so a worker lost mid-way never duplicates a job nor
+forgets one.
 
 Airflow 3.3's ``retry_policy`` cannot do this: its decisions are bounded by the task's ``retries``
 (a ``retries=0`` task is never retried by it) and a retry is a new try, which re-runs everything the
@@ -192,7 +192,7 @@ class ResubmissionPolicy(RunPolicy):
         if resume_from:
             return resume_from, f"resuming from {resume_from}"
         if found:  # refused: the warning names the path and the root
-            return None, f"from the start: its {name!r} artifact is outside checkpoint_root"
+            return None, f"from the start: its {name!r} artifact is outside the task's output roots"
         return None, f"from the start: it recorded no {name!r} artifact"
 
     def _own_checkpoint(self, run: TaskRun, app_handle: str, path: str | None) -> str | None:
@@ -203,24 +203,31 @@ class ResubmissionPolicy(RunPolicy):
         if not path or any(is_under(path, root) for root in roots):
             return path
         run.log.warning(
-            "The %r artifact of %s is %r, which is not under the task's checkpoint_root (%s): a job that "
+            "The %r artifact of %s is %r, which is not under the task's output roots (%s): a job that "
             "tracks to the same store may have written it, so the next attempt starts fresh instead. "
-            "Set checkpoint_root (task, connection extra or [torchx]) to where the task's jobs write "
-            "their checkpoints.",
+            "Add where the task's jobs write their checkpoints to output_roots (the torchx connection's "
+            "extra, or [torchx] output_roots).",
             self.checkpoint_artifact,
             app_handle,
             path,
-            ", ".join(roots) or "none: the task's arguments name no directory",
+            ", ".join(roots) or "none: output_roots is unset and the task's arguments name no output",
         )
         return None
 
     def _checkpoint_roots(self, run: TaskRun) -> tuple[str, ...]:
-        """The task's ``checkpoint_root`` (task, connection, ``[torchx]``), else its output root."""
-        from torchx_airflow.apps import output_roots
+        """The task's output roots (``run.output_roots``), and the deprecated ``checkpoint_root``
+        (task, connection, ``[torchx]``) when one is set."""
+        from torchx_airflow.apps import task_output_roots
         from torchx_airflow.settings.resolve import resolve
 
         root = resolve("checkpoint_root", self.checkpoint_root, run.hook.settings.checkpoint_root)
-        return (str(root),) if root else output_roots(run.app)
+        if root:
+            run.log.warning(
+                "checkpoint_root=%r is deprecated: set output_roots (the torchx connection's extra, or "
+                "[torchx] output_roots), which every check of where outputs may lie uses",
+                root,
+            )
+        return task_output_roots(run.app, run.hook.settings, str(root) if root else None)
 
     def submitted(self, run: TaskRun, *, app_handle: str, **kwargs: Any) -> None:
         """Lineage of a resubmitted job: its run has the ended one as its source (through its

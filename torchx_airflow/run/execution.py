@@ -50,6 +50,8 @@ class TaskRun:
     - ``attempts``: the chain of jobs of this task (``run.attempts.Attempts``, read only);
     - ``hook`` (its ``scheduler``, ``settings``: the connection's), ``trackers`` (the task's
       tracker stores), ``tracker_timeout`` (seconds a tracker step may take);
+    - ``output_roots``: where the task's outputs may lie (paths read back from a store count only
+      under them);
     - ``store``: the task's ``task_state_store`` (None with ``durable=False``): keep what must
       outlive a try or a deferral there, under keys of your own;
     - ``memo(policy)``: a dict of the policy's own for this execution;
@@ -171,6 +173,14 @@ class TaskRun:
     def app_if_built(self) -> AppDef | None:
         """``app`` if this execution built it already, else None (nothing is built for asking)."""
         return self._app if self._app is not None else self.__dict__.get("built_app")
+
+    @property
+    def output_roots(self) -> tuple[str, ...]:
+        """Where this task's outputs may lie (``apps.task_output_roots``): the deployment's
+        ``output_roots``, then the directories its app's arguments name as outputs."""
+        from torchx_airflow.apps import task_output_roots
+
+        return task_output_roots(self.app, self.hook.settings)
 
     def replace_app(self, app: AppDef) -> None:
         """``app`` becomes the run's app (prepared; a resubmitted attempt's)."""

@@ -319,7 +319,9 @@ class RunLifecycle:
 
         run, hook = self.run, self.run.hook
         cfg = hook.resolve_cfg(hook.scheduler, hook.cfg)
-        record = submitted_app(run.app, hook.scheduler, cfg, run.trackers.secret_env_names())
+        record = submitted_app(
+            run.app, hook.scheduler, cfg, run.trackers.secret_env_names(), run.output_roots
+        )
         # the trackers as this try resolved them (templates rendered): TorchXPromoteOperator's default
         record["tracker_conn_ids"] = list(run.trackers.conn_ids)
         run.ti.xcom_push(key=XCOM_SUBMITTED_APP, value=record)
@@ -436,6 +438,7 @@ class RunLifecycle:
             run.tracker_timeout,
             run.artifact_assets,
             run.log,
+            run.output_roots,
         )
         for policy in self.policies:
             result = policy.finished(run, app_handle=app_handle, result=result)

@@ -10,7 +10,7 @@ What policies add when the app ends (``usage``, ``cost``, ``attempts``) comes in
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.apps import SUCCEEDED, summarize_status
@@ -47,6 +47,7 @@ def finish_run(
     tracker_timeout: float,
     artifact_assets: Mapping[str, Asset | AssetAlias],
     task_log: Any = log,
+    output_roots: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The task's return value from the app's status ``summary``; raises unless it SUCCEEDED.
 
@@ -82,5 +83,5 @@ def finish_run(
             for key in (USAGE_KEY, COST_KEY):  # the result has them at the top
                 result["metadata"].pop(key, None)
     ti.xcom_push(key=XCOM_RUN_ID, value=app_handle)
-    emit_asset_events(context, artifact_assets, result)
+    emit_asset_events(context, artifact_assets, result, output_roots)
     return result

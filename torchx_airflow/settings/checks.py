@@ -8,6 +8,7 @@ value and the fix. None (unset) stays None: the next level of the resolver decid
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -124,21 +125,65 @@ def check_checkpoint_artifact(name: Any, where: str) -> str:
     return name
 
 
+def check_output_roots(value: Any, where: str) -> tuple[str, ...] | None:
+    """``output_roots``: absolute directories or URL prefixes (``s3://ml/models``), as a list, a JSON
+    list or one comma-separated string; None or empty stays None (the next level decides).
+
+    >>> check_output_roots("/shared/runs, s3://ml/models/", "[torchx] output_roots")
+    ('/shared/runs', 's3://ml/models')
+    """
+    if value is None or (isinstance(value, str | list | tuple) and not value):
+        return None
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise TorchXConfigError(
+                f"{where}: output_roots is not a valid JSON list ({e}): {value!r}. Write it as e.g. "
+                '["/shared/runs", "s3://ml/models"], or as one comma-separated string.'
+            ) from e
+    elif isinstance(value, str):
+        value = [part for part in (p.strip() for p in value.split(",")) if part]
+    if not isinstance(value, list | tuple):
+        raise TorchXConfigError(
+            f"{where}: output_roots must be a list of directories or URL prefixes, got {value!r}. Write it "
+            'as e.g. ["/shared/runs", "s3://ml/models"].'
+        )
+    return tuple(_root(entry, "output_roots", where) for entry in value) or None
+
+
+def _root(value: Any, name: str, where: str) -> str:
+    """One root: an absolute directory or a URL prefix, without ``..``; never ``/`` itself."""
+    text = value.strip() if isinstance(value, str) else ""
+    is_url = "://" in text and not text.startswith("file://")
+    path = text.removeprefix("file://")
+    if (
+        not text
+        or (not is_url and not path.startswith("/"))
+        or ".." in path.split("/")
+        or path.rstrip("/") == ""
+    ):
+        raise TorchXConfigError(
+            f"{where}: {name} must name absolute directories or URL prefixes where the task's jobs write "
+            f"their outputs, got {value!r}. Write it as e.g. '/shared/runs' or 's3://bucket/models'."
+        )
+    return text.rstrip("/")
+
+
 def check_checkpoint_root(value: Any, where: str) -> str | None:
     """``checkpoint_root``: an absolute directory or a URL prefix (``s3://bucket/ckpt``), without
     ``..``; None or "" stays None (the next level decides; in the end the task's output root)."""
     if value is None or value == "":
         return None
-    text = value.strip() if isinstance(value, str) else ""
-    is_url = "://" in text and not text.startswith("file://")
-    path = text.removeprefix("file://")
-    if not text or (not is_url and not path.startswith("/")) or ".." in path.split("/") or path == "/":
+    try:
+        return _root(value, "checkpoint_root", where)
+    except TorchXConfigError:
         raise TorchXConfigError(
             f"{where}: checkpoint_root must be an absolute directory or a URL prefix where the task's "
             f"jobs write their checkpoints, got {value!r}. Write it as e.g. '/shared/checkpoints' or "
-            "'s3://bucket/checkpoints', or leave it unset for the task's output root."
-        )
-    return text.rstrip("/")
+            "'s3://bucket/checkpoints', or leave it unset for the task's output root. checkpoint_root is "
+            "deprecated: set output_roots instead."
+        ) from None
 
 
 def check_ignore_args(value: Any, where: str) -> tuple[str, ...]:

@@ -101,11 +101,19 @@ CONN_FIELDS: dict[str, dict[str, dict[str, Any]]] = {
             "description": "dag: cached results only within a DAG; deployment: shared by every "
             "DAG (empty: [torchx] cache_scope, dag)",
         },
+        "output_roots": {
+            "label": "Output roots",
+            "schema": {"type": ["array", "string", "null"]},
+            "description": "Directories or URL prefixes the jobs write their outputs under, as a JSON "
+            'list (["/shared/runs", "s3://ml/models"]) or comma-separated: where paths read back from '
+            "a tracker store may lie (empty: [torchx] output_roots; the directories the task's "
+            "arguments name as outputs count too)",
+        },
         "checkpoint_root": {
-            "label": "Checkpoint root",
+            "label": "Checkpoint root (deprecated)",
             "schema": _STRING,
-            "description": "Directory (or URL prefix) a resubmitted job may resume from (empty: "
-            "[torchx] checkpoint_root, else the directories the task's arguments name)",
+            "description": "Deprecated: set output_roots. A directory (or URL prefix) added to the output "
+            "roots a resumed job's checkpoint may lie under",
         },
         # Kubernetes (settings.kubernetes_fields): the four run options fill cfg
         "namespace": {

@@ -20,10 +20,11 @@ see ``torchx_airflow.policies.resubmission``).
 ``cache``: whether the connection's tasks are cached (``policies.cache``) unless a task says
 otherwise (default false); ``cache_ttl``: seconds a cache record is used (a task's own wins; default
 30 days); ``cache_scope``: ``dag`` (hits only within a DAG) or ``deployment`` (a task's own wins;
-unset: ``[torchx] cache_scope``, ``dag``). ``checkpoint_root``: the directory (or URL prefix) a
-resubmitted job may resume from (a task's own wins; unset: ``[torchx] checkpoint_root``, else the
-task's output root). ``namespace``, ``queue``, ``service_account``, ``priority_class`` and
-``kubeconfig``: the Kubernetes form fields (``settings.kubernetes_fields``).
+unset: ``[torchx] cache_scope``, ``dag``). ``output_roots``: the directories (or URL prefixes) the
+jobs write their outputs under (unset: ``[torchx] output_roots``; ``settings.resolve.output_roots``);
+``checkpoint_root``: deprecated, one more root for resumed jobs' checkpoints. ``namespace``,
+``queue``, ``service_account``, ``priority_class`` and ``kubeconfig``: the Kubernetes form fields
+(``settings.kubernetes_fields``).
 
 Also the parsers other connection types share: a JSON-object extra, the list of known extra keys.
 """
@@ -64,7 +65,8 @@ class TorchXConnectionSettings:
     cache: bool = False
     cache_ttl: float | None = None
     cache_scope: str | None = None
-    checkpoint_root: str | None = None
+    output_roots: tuple[str, ...] | None = None
+    checkpoint_root: str | None = None  # deprecated: an output root of resumed jobs' checkpoints
     #: the Kubernetes form fields (``settings.kubernetes_fields``): the four run options are in ``cfg``
     namespace: str | None = None
     queue: str | None = None
@@ -120,8 +122,11 @@ class TorchXConnectionSettings:
                 get("cache_scope"),
                 'Set extra \'cache_scope\' to "dag" or "deployment".',
             ),
+            output_roots=_checked(
+                conn_id, checks.check_output_roots, get("output_roots"), "Set extra 'output_roots'."
+            ),
             checkpoint_root=_checked(
-                conn_id, checks.check_checkpoint_root, get("checkpoint_root"), "Set extra 'checkpoint_root'."
+                conn_id, checks.check_checkpoint_root, get("checkpoint_root"), "Set extra 'output_roots'."
             ),
         )
 

@@ -145,14 +145,25 @@ OPTIONS: tuple[SiteOption, ...] = (
         "check_cache_scope",
     ),
     SiteOption(
+        "output_roots",
+        "string",
+        "",
+        "/shared/runs, s3://ml/models",
+        "Where the tasks' jobs write their outputs: directories or URL prefixes, comma-separated or a "
+        "JSON list. A path read back from a tracker store (a cache input or output, a checkpoint to "
+        "resume from, an artifact promoted or published as an asset event) counts only under these, "
+        "or under a directory the task's own arguments name as an output (a directory, or a path not "
+        "made yet; never a file's directory). Empty: only those.",
+        "a torchx connection's extra output_roots",
+        "check_output_roots",
+    ),
+    SiteOption(
         "checkpoint_root",
         "string",
         "",
         "/shared/checkpoints",
-        "Where a resubmitted job may resume from: the checkpoint path an ended job recorded must lie "
-        "under this directory (or URL prefix), else the next attempt starts fresh. Empty: the task's "
-        "output root, the directories the task's own rendered arguments name (a directory named as "
-        "itself, a file or a path not yet made as its parent directory).",
+        "Deprecated: set output_roots. A directory (or URL prefix) added to the output roots a resumed "
+        "job's checkpoint may lie under.",
         "a torchx connection's extra checkpoint_root, a task's checkpoint_root",
         "check_checkpoint_root",
     ),

@@ -24,6 +24,17 @@ def resolve(name: str, task_value: Any = None, connection_value: Any = None) -> 
     return site_value(name)
 
 
+def output_roots(connection: TorchXConnectionSettings | None, *more: str | None) -> tuple[str, ...]:
+    """The output roots the deployment sets: the connection's extra ``output_roots``, else ``[torchx]
+    output_roots``, then ``more`` (a task's additions: a promotion's ``artifact_roots``, the deprecated
+    ``checkpoint_root``). One setting for where outputs may lie: fingerprints, cache output checks,
+    resume, promotion and asset events all use it, with the directories the task's own arguments name
+    as outputs (``apps.task_output_roots``)."""
+    configured = connection.output_roots if connection is not None else None
+    roots = configured if configured is not None else (site_value("output_roots") or ())
+    return tuple(dict.fromkeys([*roots, *(r for r in more if r)]))
+
+
 def outage_budget(task_value: float | None, connection: TorchXConnectionSettings | None) -> float:
     """Seconds a wait goes on while its scheduler gives no answer (``retry.StatusOutage``): the task's
     ``outage_timeout``, else its connection's extra, else ``[torchx] outage_timeout``. The one rule of

@@ -10,7 +10,12 @@ from airflow.sdk import Asset, AssetAlias
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
 from torchx_airflow.exceptions import TorchXInputError
-from torchx_airflow.lineage.assets import TorchXArtifactMissingError, check_artifact_assets, emit_asset_events
+from torchx_airflow.lineage.assets import (
+    TorchXArtifactMissingError,
+    TorchXArtifactOutsideRootsError,
+    check_artifact_assets,
+    emit_asset_events,
+)
 
 MODEL = Asset("s3://ml/models/resnet")
 
@@ -33,6 +38,7 @@ def _context():
     return {"outlet_events": OutletEventAccessors(), "ti": SimpleNamespace(try_number=2)}
 
 
+ROOTS = ("/m",)  # the task's output roots
 RESULT = {
     "app_handle": "slurm://torchx/12",
     "state": "SUCCEEDED",
@@ -45,7 +51,7 @@ RESULT = {
 def test_a_succeeded_app_puts_its_run_on_the_asset_event():
     context = _context()
     alias = AssetAlias("models")
-    emit_asset_events(context, {"model": MODEL}, RESULT)
+    emit_asset_events(context, {"model": MODEL}, RESULT, ROOTS)
     assert context["outlet_events"][MODEL].extra == {
         "app_handle": "slurm://torchx/12",
         "artifact": "model",
@@ -53,7 +59,7 @@ def test_a_succeeded_app_puts_its_run_on_the_asset_event():
         "metadata": {"lr": 0.1},
         "try_number": 2,
     }
-    emit_asset_events(context, {"model": alias}, RESULT)
+    emit_asset_events(context, {"model": alias}, RESULT, ROOTS)
     (event,) = context["outlet_events"][alias].asset_alias_events
     assert (
         event.dest_asset_key.uri == "file:///m/model.pt" and event.extra["app_handle"] == "slurm://torchx/12"
@@ -62,7 +68,7 @@ def test_a_succeeded_app_puts_its_run_on_the_asset_event():
 
 def test_an_app_that_did_not_succeed_puts_nothing_on_asset_events():
     context = _context()
-    emit_asset_events(context, {"model": MODEL}, {**RESULT, "state": "RUNNING"})
+    emit_asset_events(context, {"model": MODEL}, {**RESULT, "state": "RUNNING"}, ROOTS)
     assert context["outlet_events"][MODEL].extra == {}
 
 
@@ -70,7 +76,23 @@ def test_a_missing_artifact_fails_naming_the_fix():
     with pytest.raises(
         TorchXArtifactMissingError, match=r"recorded no artifact 'best'.*add_artifact\('best'"
     ):
-        emit_asset_events(_context(), {"best": MODEL}, RESULT)
+        emit_asset_events(_context(), {"best": MODEL}, RESULT, ROOTS)
     untracked = {**RESULT, "metadata": {}, "artifacts": {}}
     with pytest.raises(TorchXArtifactMissingError, match=r"no tracker connections"):
-        emit_asset_events(_context(), {"model": MODEL}, untracked)
+        emit_asset_events(_context(), {"model": MODEL}, untracked, ROOTS)
+
+
+@pytest.mark.parametrize(
+    "path", ["/etc/passwd", "/m/../etc/passwd", "/mx/model.pt", "https://attacker.example/x"]
+)
+def test_an_artifact_outside_the_output_roots_publishes_no_event_through_an_asset_or_an_alias(path):
+    """Any job tracking to the store could have recorded the path: outside the task's output roots
+    it is no event, neither for an Asset nor (to any URI) through an AssetAlias."""
+    foreign = {**RESULT, "artifacts": {"model": {"name": "model", "path": path, "metadata": {}}}}
+    for target in (MODEL, AssetAlias("models")):
+        context = _context()
+        with pytest.raises(
+            TorchXArtifactOutsideRootsError, match="outside the task's output roots.*output_roots"
+        ):
+            emit_asset_events(context, {"model": target}, foreign, ROOTS)
+        assert not context["outlet_events"][target].extra

@@ -19,7 +19,6 @@ from torchx_airflow.lineage.promotion import (
     pick_best,
     promotion_extra,
     record_promotion,
-    with_final_metrics,
     with_roots,
 )
 from torchx_airflow.operators.promote import TorchXPromoteOperator
@@ -66,26 +65,22 @@ def test_no_succeeded_run_is_an_error_naming_the_task_and_the_objective():
 
 
 @pytest.mark.parametrize("bad", [None, math.nan, math.inf, "0.1", True])
-def test_a_succeeded_run_without_a_finite_objective_is_an_error_naming_it(bad):
+def test_a_succeeded_run_without_a_finite_objective_is_left_out_never_blocking_the_others(bad, caplog):
     second = _result(1) if bad is None else _result(1, loss=bad)
-    with pytest.raises(TorchXPromotionError) as raised:
-        _best({0: _result(0, loss=0.2), 1: second})
-    message = str(raised.value)
-    assert "map index 1 (local_cwd://torchx/train-1" in message and "map index 0" not in message
-    assert "objective 'loss' is missing or not a finite number" in message
+    assert _best({0: _result(0, loss=0.2), 1: second}) == 0
+    assert "map index 1 of 'train' (local_cwd://torchx/train-1) is left out" in caplog.text
+    with pytest.raises(TorchXPromotionError, match="no run of 'train' recorded the objective 'loss'"):
+        _best({1: second})
 
 
-def test_the_result_the_task_returned_wins_over_the_store_which_adds_what_it_lacks():
-    # train-1's loss in the store was rewritten after its task returned (any job may write there)
+def test_the_metrics_the_task_recorded_at_the_end_decide_never_a_later_store_read():
+    """train-1's loss in the store was rewritten after its task returned (any job may write there):
+    the promotion reads the result's recorded ``metrics`` only, a curve's last point included."""
     results = {0: _result(0, loss=0.1), 1: _result(1, loss=0.5)}
-    store_metrics = {
-        "local_cwd://torchx/train-1": {"loss": 0.05, "val_loss": 0.2},
-        "local_cwd://torchx/train-0": {"val_loss": 0.3},
-    }
-    read = lambda store, run_id: store_metrics[run_id]  # noqa: E731 - the reader's signature
-    candidates = with_final_metrics(candidates_from_results(results), object(), read)  # type: ignore[arg-type]
+    results[0]["metrics"] = {"loss": 0.1, "val_loss": 0.3}
+    results[1]["metrics"] = {"loss": 0.5, "val_loss": 0.2}
+    candidates = candidates_from_results(results)
     assert pick_best(candidates, MIN_LOSS, "t").map_index == 0
-    # a metric only the store has (a curve's last point) still counts
     by_val = PromoteSpec("train", "val_loss", "min", "model", "model://p/best")
     assert pick_best(candidates, by_val, "t").map_index == 1
 

@@ -89,10 +89,10 @@ def test_the_cost_policy_leaves_the_ended_jobs_usage_and_cost_on_the_run():
 
 def test_the_resubmission_policy_answers_an_infrastructure_end_with_the_next_attempt_from_its_checkpoint():
     tracker, state = CheckpointStore(), TaskStateStore()
-    run = FakeRun(FakeSchedulerHook([]), state, tracker)
-    policy = ResubmissionPolicy(
-        infrastructure_retries=1, checkpoint_artifact="checkpoint", checkpoint_root="/ckpt"
-    )
+    hook = FakeSchedulerHook([])
+    hook.settings = TorchXConnectionSettings(scheduler="slurm", output_roots=("/ckpt",))
+    run = FakeRun(hook, state, tracker)
+    policy = ResubmissionPolicy(infrastructure_retries=1, checkpoint_artifact="checkpoint")
     policy.prepare(run, app=run.app)
     assert run.task_resubmits  # the scheduler is to leave infrastructure ends to the task
     run.attempts.record_start(FIRST)  # the lifecycle records each attempt, and each end

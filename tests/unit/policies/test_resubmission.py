@@ -82,9 +82,20 @@ class FakeTrackers:
         pass
 
 
-def _resubmitting(hook: FakeSchedulerHook, store: TaskStateStore, tracker: Any = None, budget: int = 3, **kw):
+def _resubmitting(
+    hook: FakeSchedulerHook,
+    store: TaskStateStore,
+    tracker: Any = None,
+    budget: int = 3,
+    roots: tuple[str, ...] | None = ("/ckpt",),
+    **kw,
+):
+    """The task on ``hook``, whose connection's ``output_roots`` are ``roots`` (where checkpoints lie)."""
+    from dataclasses import replace
+
     hook.handles = (HANDLE, SECOND, THIRD)
-    op = _operator(hook, infrastructure_retries=budget, **{"checkpoint_root": "/ckpt", **kw})
+    hook.settings = replace(hook.settings, output_roots=roots)
+    op = _operator(hook, infrastructure_retries=budget, **kw)
     tracker = tracker if tracker is not None else CheckpointStore()
     op.__dict__["trackers"] = FakeTrackers(tracker)
     return op, tracker
@@ -405,26 +416,40 @@ class ForeignCheckpointStore(CheckpointStore):
         "/ckptx/evil.pt",
     ],
 )
-def test_a_checkpoint_outside_the_checkpoint_root_is_not_resumed_from(foreign, capsys):
+def test_a_checkpoint_outside_the_output_roots_is_not_resumed_from(foreign, capsys):
     hook = FakeSchedulerHook([AppState.RUNNING, NODE_FAIL, AppState.RUNNING, AppState.SUCCEEDED])
     op, _ = _resubmitting(hook, TaskStateStore(), ForeignCheckpointStore(foreign), retries=0)
     result = op.execute(_context(TaskStateStore()))
     log = capsys.readouterr().out  # the task's log (Airflow's structlog writes it to stdout here)
-    assert f"is {foreign!r}, which is not under the task's checkpoint_root (/ckpt)" in log
+    assert (
+        f"is {foreign!r}, which is not under the task's output roots (/ckpt)" in log and "output_roots" in log
+    )
     # the resubmission says why it starts fresh (not "it recorded no checkpoint")
-    assert "from the start: its 'checkpoint' artifact is outside checkpoint_root" in log
+    assert "from the start: its 'checkpoint' artifact is outside the task's output roots" in log
     assert result["state"] == "SUCCEEDED" and len(hook.tokens) == 2  # resubmitted all the same...
     assert RESUME_FROM_ENV not in _env(hook, 1) and _env(hook, 1)[ATTEMPT_ENV] == "2"  # ...fresh
     assert result["attempts"][1]["resumed_from"] is None
 
 
-@pytest.mark.parametrize(("out", "resumes"), [("/ckpt/out.txt", True), ("/data/out.txt", False)])
-def test_without_a_checkpoint_root_the_tasks_output_root_is_it(out, resumes):
-    """Unset everywhere, the root is what the task's own arguments name: ``/ckpt/out.txt`` -> ``/ckpt``."""
+@pytest.mark.parametrize(
+    ("out", "resumes"), [("/ckpt", True), ("/ckpt/out.txt", False), ("/data/out.txt", False)]
+)
+def test_without_output_roots_the_outputs_the_tasks_arguments_name_are_the_roots(out, resumes):
+    """Unset everywhere, the roots are the outputs the task's own arguments name, each as itself: a
+    path not made yet (``/ckpt``) is the job's output directory; never its parent (``/ckpt/out.txt``
+    does not make ``/ckpt`` a root)."""
     hook = FakeSchedulerHook([AppState.RUNNING, NODE_FAIL, AppState.RUNNING, AppState.SUCCEEDED])
-    op, _ = _resubmitting(hook, TaskStateStore(), checkpoint_root=None, component_args=["--msg", out])
+    op, _ = _resubmitting(hook, TaskStateStore(), roots=None, component_args=["--msg", out])
     op.execute(_context(TaskStateStore()))
     assert _env(hook, 1).get(RESUME_FROM_ENV) == ("/ckpt/4242" if resumes else None)
+
+
+def test_the_deprecated_checkpoint_root_still_adds_a_root_and_says_so(capsys):
+    hook = FakeSchedulerHook([AppState.RUNNING, NODE_FAIL, AppState.RUNNING, AppState.SUCCEEDED])
+    op, _ = _resubmitting(hook, TaskStateStore(), roots=None, checkpoint_root="/ckpt")
+    op.execute(_context(TaskStateStore()))
+    assert _env(hook, 1)[RESUME_FROM_ENV] == "/ckpt/4242"
+    assert "checkpoint_root='/ckpt' is deprecated: set output_roots" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("value", ["ckpt", "/", "/ckpt/../etc", 5])

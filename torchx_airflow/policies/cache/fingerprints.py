@@ -27,13 +27,11 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
-import shlex
 import stat
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from torchx_airflow.exceptions import TorchXError
 
@@ -124,10 +122,16 @@ class _Budget:
             raise FingerprintError(f"{path!r}: reading took over {self.scope.seconds:g} s; not read further.")
 
 
-def read_scope(app: AppDef | None, stores: Sequence[ProviderStore] = ()) -> ReadScope:
-    """The scope of a task: the directories its own arguments name (a directory named, or the
-    directory of a file named) and its stores' roots, local ones as local roots, remote ones with
-    their own filesystems."""
+def read_scope(
+    app: AppDef | None, stores: Sequence[ProviderStore] = (), output_roots: Sequence[str] = ()
+) -> ReadScope:
+    """The scope of a task: the deployment's ``output_roots`` (local ones; a URL is read only through
+    a store below), the directories its own arguments name as outputs (``apps.output_roots``), the
+    files its arguments name (each as itself, never its directory), and its stores' roots, local ones
+    as local roots, remote ones with their own filesystems."""
+    from torchx_airflow.apps import argument_paths
+    from torchx_airflow.apps import output_roots as argument_roots
+
     roots: dict[str, None] = {}
     remote: list[tuple[Any, str]] = []
     for store in stores:
@@ -139,32 +143,19 @@ def read_scope(app: AppDef | None, stores: Sequence[ProviderStore] = ()) -> Read
             roots.setdefault(os.path.realpath(root))
         else:
             remote.append((fs, root.rstrip("/")))
-    for word in _argument_paths(app):
-        real = os.path.realpath(word)
-        root = real if os.path.isdir(real) else os.path.dirname(real)
-        if root != "/" and not any(_under(root, never) for never in _NEVER_READ):
-            roots.setdefault(root)
+    local = [r.removeprefix("file://") for r in output_roots if "://" not in r or r.startswith("file://")]
+    named = [*local, *(argument_roots(app) if app is not None else ())]
+    named += [p for p in argument_paths(app) if os.path.isfile(p)]  # a file named: itself only
+    for path in named:
+        real = os.path.realpath(path)
+        if real != "/" and not any(_under(real, never) for never in _NEVER_READ):
+            roots.setdefault(real)
     return ReadScope(local_roots=tuple(roots), stores=tuple(remote))
 
 
 def _protocols(fs: Any) -> tuple[str, ...]:
     protocol = getattr(fs, "protocol", ())
     return (protocol,) if isinstance(protocol, str) else tuple(protocol)
-
-
-def _argument_paths(app: AppDef | None) -> list[str]:
-    """The absolute paths (or file:// URLs) the app's entrypoints and arguments name."""
-    if app is None:
-        return []
-    found = []
-    for role in app.roles:
-        for arg in [role.entrypoint, *role.args]:
-            for word in _words(str(arg)):
-                # a word holding spaces is a whole command or an option's text, not a path
-                path = local_path(word) if word and not any(c.isspace() for c in word) else None
-                if path and os.path.isabs(path) and len(path) < 4096:
-                    found.append(path)
-    return found
 
 
 def _checked_local(path: str, budget: _Budget) -> str:
@@ -175,7 +166,9 @@ def _checked_local(path: str, budget: _Budget) -> str:
     roots = budget.scope.local_roots
     if roots is not None and not any(_under(real, root) for root in roots):
         raise FingerprintError(
-            f"{path!r} is not under a directory the task's arguments or its stores name: not read."
+            f"{path!r} lies outside the task's output roots (the directories its arguments name as "
+            "outputs, the files they name, its stores, and output_roots): not read. If the task's jobs "
+            "write there, add it to output_roots (the torchx connection's extra, or [torchx] output_roots)."
         )
     return real
 
@@ -201,20 +194,6 @@ def _sha256_of(f: Any, path: str, size: int, budget: _Budget) -> str:
         digest.update(chunk)
         left -= len(chunk)
     return digest.hexdigest()
-
-
-def local_path(path: str) -> str | None:
-    """The local path ``path`` names (a plain path or a ``file://`` URL), or None for a remote URL.
-
-    >>> local_path("/data/x.csv"), local_path("file:///data/x.csv"), local_path("s3://b/x.csv")
-    ('/data/x.csv', '/data/x.csv', None)
-    """
-    parts = urlsplit(path)
-    if not parts.scheme or len(parts.scheme) == 1:  # a path (or a Windows drive letter)
-        return path
-    if parts.scheme == "file" and parts.netloc in ("", "localhost"):
-        return parts.path or "/"
-    return None
 
 
 def _local_file(path: str, budget: _Budget) -> dict[str, Any]:
@@ -307,44 +286,8 @@ def fingerprint(path: str, scope: ReadScope | None = None) -> dict[str, Any]:
     """What ``path`` (a local path or a URL of a configured store, a file or a directory) holds,
     read within ``scope`` (default: any local regular file outside /proc, /sys and /dev, and no
     remote URL); raises ``FingerprintError`` when it cannot or may not be read."""
+    from torchx_airflow.apps import local_path
+
     budget = _Budget(scope or ReadScope())
     local = local_path(path)
     return _local(local, budget) if local is not None else _remote(path, budget)
-
-
-def _words(arg: str) -> Iterable[str]:
-    """The words of one argument that may name a file: itself, ``--opt=value``'s value, the words of
-    a shell command (``bash -c "torchrun ... train.py"``), the items of a ``a,b,c`` list."""
-    words = [arg]
-    if any(c.isspace() for c in arg):
-        try:
-            words += shlex.split(arg)
-        except ValueError:
-            words += arg.split()
-    for word in list(words):
-        if "=" in word:
-            words.append(word.split("=", 1)[1])
-        if "," in word:
-            words += word.split(",")
-    return words
-
-
-def named_files(app: AppDef) -> list[str]:
-    """The existing local files the app's entrypoints and arguments name (job scripts, configs, data
-    read by path), relative ones as seen from this process's directory; the first ``MAX_NAMED_FILES``."""
-    found: dict[str, None] = {}
-    for role in app.roles:
-        for arg in [role.entrypoint, *role.args]:
-            for word in _words(str(arg)):
-                if len(found) >= MAX_NAMED_FILES:
-                    return list(found)
-                if word and ("/" in word or "." in word) and len(word) < 4096 and _is_file(word):
-                    found.setdefault(os.path.abspath(word))
-    return list(found)
-
-
-def _is_file(word: str) -> bool:
-    try:
-        return os.path.isfile(word)
-    except ValueError:  # a NUL in the word
-        return False

@@ -255,7 +255,8 @@ def key_of(inputs: Mapping[str, Any]) -> str:
 
 def file_inputs(app: AppDef) -> dict[str, Any]:
     """Path -> fingerprint of the local files ``app`` names; ``FingerprintError`` if one is unreadable."""
-    from torchx_airflow.policies.cache.fingerprints import fingerprint, named_files
+    from torchx_airflow.apps import named_files
+    from torchx_airflow.policies.cache.fingerprints import fingerprint
 
     return {path: fingerprint(path) for path in named_files(app)}
 

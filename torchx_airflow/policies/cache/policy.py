@@ -61,6 +61,9 @@ class CacheSettings:
     ignore_args: tuple[str, ...] = ()
     ttl: float = float(BY_NAME["cache_ttl"].default)
     scope: str = "deployment"
+    #: the deployment's output roots (``settings.resolve.output_roots``): what is read besides the
+    #: task's own arguments' outputs and its stores
+    output_roots: tuple[str, ...] = ()
 
 
 def scope_of(cache_scope: str, dag_id: str) -> str:
@@ -203,7 +206,7 @@ class TaskCache:
         task's stores name (``fingerprints.read_scope``)."""
         from torchx_airflow.policies.cache.fingerprints import read_scope
 
-        return read_scope(app, self.trackers.stores)
+        return read_scope(app, self.trackers.stores, self.settings.output_roots)
 
     def lookup(self, key: str, app: AppDef) -> dict[str, Any] | None:
         """The usable record of ``key`` in the task's stores (the first that has one), or None; its
@@ -249,12 +252,26 @@ class TaskCache:
             record = new_record(
                 key, settings.scope, app_handle, result, settings.ttl, airflow, settings.keys, within
             )
+            self._unchecked_outputs(record, app_handle)
             return write_record(self.trackers.stores, key, record, self.log)
 
         done, written = call_within(self.tracker_timeout, f"Writing cache record {key}", write)
         if done and written:
             self.log.info("Recorded cache key %s for %s in %d tracker store(s)", key, app_handle, written)
         return result
+
+    def _unchecked_outputs(self, record: Mapping[str, Any], app_handle: str) -> None:
+        """Warn about the outputs a record holds no fingerprint of: they lie outside the task's
+        output roots, so a later hit cannot check that they still hold what they held."""
+        unread = sorted(path for path, held in (record.get("outputs") or {}).items() if held is None)
+        if unread:
+            self.log.warning(
+                "Cache record of %s: its outputs %s lie outside the task's output roots, so a later hit "
+                "cannot check that they are unchanged. Add the directory the task's jobs write to, to "
+                "output_roots (the torchx connection's extra, or [torchx] output_roots).",
+                app_handle,
+                unread,
+            )
 
     def use(
         self,
@@ -263,8 +280,10 @@ class TaskCache:
         app: AppDef,
         context: Context,
         artifact_assets: Mapping[str, Asset | AssetAlias],
+        output_roots: Sequence[str] = (),
     ) -> dict[str, Any]:
-        """The task's result from a hit: the earlier run's, with its XComs, lineage and asset events."""
+        """The task's result from a hit: the earlier run's, with its XComs, lineage and asset events
+        (its artifacts under the task's ``output_roots``)."""
         from torchx_airflow.lineage.assets import emit_asset_events
         from torchx_airflow.lineage.keys import XCOM_RUN_ID, XCOM_TRACKER_URL, XCOM_UI_URL
 
@@ -284,7 +303,9 @@ class TaskCache:
         ti.xcom_push(key=XCOM_RUN_ID, value=run_id)
         if is_web_url(tracker_url):
             ti.xcom_push(key=XCOM_TRACKER_URL, value=tracker_url)
-        emit_asset_events(context, artifact_assets, result)
+        # the earlier run's artifacts lie under the roots its task recorded them within (signed)
+        recorded_roots = [str(r) for r in record.get("read_roots") or () if isinstance(r, str)]
+        emit_asset_events(context, artifact_assets, result, (*output_roots, *recorded_roots))
         return result
 
     def _record_hit(
@@ -369,7 +390,10 @@ class CachePolicy(RunPolicy):
         keys = deployment_keys(run.where)  # before anything is submitted: no key, no cache
         ttl = float(resolve("cache_ttl", self.ttl, settings.cache_ttl))
         scope = scope_of(str(resolve("cache_scope", self.scope, settings.cache_scope)), run.ti.dag_id)
-        settings_ = CacheSettings(keys, str(self.salt or ""), self.ignore_args, ttl, scope)
+        from torchx_airflow.settings.resolve import output_roots
+
+        roots = output_roots(settings)
+        settings_ = CacheSettings(keys, str(self.salt or ""), self.ignore_args, ttl, scope, roots)
         return TaskCache(settings_, run.trackers, run.tracker_timeout, run.log)
 
     def _key(self, run: TaskRun, cache: TaskCache, app: AppDef) -> str | None:
@@ -399,7 +423,7 @@ class CachePolicy(RunPolicy):
             run.log.info("TorchX cache miss: key %s has no usable record; submitting", key)
             cache.remember(key, run.store, run.ti)
             return None
-        result = cache.use(record, key, app, run.context, run.artifact_assets)
+        result = cache.use(record, key, app, run.context, run.artifact_assets, run.output_roots)
         return ShortCut(result, str(record["app_handle"]))
 
     def _remember_own(self, run: TaskRun, cache: TaskCache, app: AppDef) -> None:

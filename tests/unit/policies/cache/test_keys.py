@@ -68,8 +68,10 @@ def _key(
         app_name=None,
         rules=rules,
     )
-    # the job script's directory (tmp_path) is named by the arguments: the parent's file is under it
-    parents = parent_inputs(parent[0], [parent[1]], read_scope(app, [parent[0]])) if parent else []
+    # the deployment's output roots name where the parents wrote (the parent's file's directory)
+    roots = (str(parent[2].parent),) if parent and len(parent) > 2 else ()
+    scope = read_scope(app, [parent[0]], roots) if parent else None
+    parents = parent_inputs(parent[0], [parent[1]], scope) if parent else []
     inputs = key_inputs(app, "local_cwd", cfg or {"log_dir": None, "prepend_cwd": False}, keys=KEYS,
                         files=file_inputs(app), parents=parents, salt=salt)  # fmt: skip
     return key_of(inputs), inputs
@@ -149,7 +151,7 @@ def test_ignored_arguments_leave_the_key_as_it_was(job, parent):
     app = key_app("train", component="utils.python", component_args=app_args, app=None,
                   env={"LOG": "info", "API_TOKEN": SECRET}, app_name=None, rules=["--out=*"])  # fmt: skip
     assert IGNORED in app.roles[0].args
-    parents = parent_inputs(parent[0], [parent[1]], read_scope(app, [parent[0]]))
+    parents = parent_inputs(parent[0], [parent[1]], read_scope(app, [parent[0]], (str(parent[2].parent),)))
     cfg = {"log_dir": None, "prepend_cwd": False}
     other = key_of(key_inputs(app, "local_cwd", cfg, keys=KEYS, files=file_inputs(app), parents=parents))
     assert other == baseline

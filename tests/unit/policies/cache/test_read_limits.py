@@ -92,22 +92,33 @@ def test_a_local_file_outside_the_tasks_roots_is_refused(tmp_path):
     (elsewhere / "secret.key").write_text("k")
     task_dir = tmp_path / "task"
     task_dir.mkdir()
-    with pytest.raises(FingerprintError, match="not under a directory the task's arguments"):
+    with pytest.raises(FingerprintError, match="lies outside the task's output roots.*output_roots"):
         _inputs_of(_parent_with(str(elsewhere / "secret.key")), ReadScope(local_roots=(str(task_dir),)))
 
 
-def test_roots_are_what_the_arguments_and_the_local_stores_name(tmp_path):
+def test_roots_are_the_output_roots_the_outputs_and_files_the_arguments_name_and_the_local_stores(tmp_path):
+    """An argument naming a directory, or a path not made yet, names an output: the path itself is a
+    root. One naming a file names an input: the file itself may be read, never its directory (a
+    sibling of an input is another's). Never /dev. The deployment's output_roots add theirs."""
     from torchx_airflow.apps import build_app_from_component
 
     data = tmp_path / "in" / "data.csv"
     data.parent.mkdir()
     data.write_text("1,2\n")
+    sibling = data.parent / "secret.key"
+    sibling.write_text("k")
+    out = tmp_path / "out" / "run-1"  # made by the job later
+    shared = tmp_path / "shared"
     local_store = FsspecStore(str(tmp_path / "store"))
-    app = build_app_from_component("utils.echo", ["--msg", f"--in={data} --dev /dev/zero"])
-    scope = read_scope(app, [local_store])
-    assert set(scope.local_roots or ()) == {str(data.parent), str(tmp_path / "store")}  # never /dev
+    app = build_app_from_component("utils.echo", ["--msg", f"--in={data} --out {out} --dev /dev/zero"])
+    scope = read_scope(app, [local_store], (str(shared),))
+    assert set(scope.local_roots or ()) == {str(data), str(out), str(shared), str(tmp_path / "store")}
     local_store.add_artifact(PARENT, "out", str(data))
-    assert _inputs_of(local_store, scope)[0]["fingerprint"]["size"] == 4  # a regular file in a root: read
+    assert _inputs_of(local_store, scope)[0]["fingerprint"]["size"] == 4  # the named file itself: read
+    sibling_store = FsspecStore(str(tmp_path / "store2"))
+    sibling_store.add_artifact(PARENT, "out", str(sibling))
+    with pytest.raises(FingerprintError, match="output_roots"):  # beside an input: never read
+        _inputs_of(sibling_store, scope)
 
 
 def test_reads_stop_at_the_byte_budget(tmp_path):
