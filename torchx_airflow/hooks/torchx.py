@@ -338,6 +338,7 @@ class TorchXHook(BaseHook):
 
         names = set().union(*(find_secrets(role.env, secret_env_names) for role in app.roles))
         support = self.support(scheduler)
+        support.check_dryrun(info)
         if resubmits:
             support.leave_resubmission_to_task(info)
         return TorchXDryRun(info, scheduler, support.separate_secrets(info, names))

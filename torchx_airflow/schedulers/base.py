@@ -159,6 +159,11 @@ class SchedulerSupport:
         """
         return {}
 
+    def check_dryrun(self, dryrun_info: AppDryRunInfo) -> None:
+        """What the scheduler would refuse of the request, found at the dry run with no call to the
+        scheduler (``TorchXConfigError`` naming the fix): a dry run that passes is a request the
+        scheduler takes. The default finds nothing."""
+
     def check_request(self, dryrun_info: AppDryRunInfo) -> None:
         """Last marks and checks on the request just before it is submitted (every submission, with
         or without ``stamp``): raise ``TorchXConfigError`` naming the fix when the scheduler cannot

@@ -47,6 +47,8 @@ GROUP, VERSION, PLURAL = "batch.volcano.sh", "v1alpha1", "jobs"
 QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL = "scheduling.volcano.sh", "v1beta1", "queues"
 #: The label every job the provider submits carries: what the one list call per namespace selects.
 MANAGED_LABEL = "torchx-airflow/managed"
+#: A pod's name is its hostname under Volcano: a DNS label
+MAX_POD_NAME = 63
 #: The label that carries a submission's mark (``stamp``), found again by ``find_submission``.
 SUBMISSION_LABEL = "torchx-airflow/submission"
 LIST_TIMEOUT_SECONDS = 30
@@ -131,6 +133,13 @@ def new_api_client(credentials: SchedulerCredentials | None = None) -> ApiClient
         config.load_kube_config(config_file=path, client_configuration=configuration)
     if credentials.host:
         configuration.host = credentials.host
+    if credentials.token and not str(configuration.host or "").lower().startswith("https://"):
+        raise TorchXConfigError(
+            f"The torchx connection holds a bearer token for the Kubernetes API server at "
+            f"{configuration.host!r}, which is not an https:// address: the token would travel in clear "
+            "text, readable by anyone on the way. Give the connection's host as https://..., or leave its "
+            "password empty to use the kubeconfig's credentials."
+        )
     if credentials.token:  # the connection's identity, not the kubeconfig user's certificate or token
         configuration.api_key = {"authorization": f"Bearer {credentials.token}"}
         configuration.api_key_prefix = {}
@@ -205,6 +214,24 @@ class KubernetesSupport(SchedulerSupport):
         return str(cfg.get("namespace") or "default")
 
     # --- submitting -------------------------------------------------------------------------------
+    def check_dryrun(self, dryrun_info: AppDryRunInfo) -> None:
+        """Names the cluster refuses: Volcano names each pod ``<job>-<task>-<index>`` and makes it the
+        pod's hostname, a DNS label of at most 63 characters (and the job's name a Service's)."""
+        resource = dryrun_info.request.resource
+        job = str(resource["metadata"]["name"])
+        longest = max(
+            (f"{job}-{task.get('name')}-0" for task in resource["spec"].get("tasks") or []),
+            key=len,
+            default=job,
+        )
+        if len(longest) > MAX_POD_NAME:
+            raise TorchXConfigError(
+                f"Kubernetes would refuse the pods of this app: {longest!r} is {len(longest)} characters, "
+                f"and a pod's name (Volcano's <job>-<role>-<replica>-<index>, the pod's hostname) may have "
+                f"{MAX_POD_NAME} at most. Give the task a shorter app_name (the job's name is the app's name "
+                "and a random suffix), or its roles shorter names."
+            )
+
     def check_request(self, dryrun_info: AppDryRunInfo) -> None:
         """Label the job for the list calls, then check CRD, queue and RBAC (``TorchXConfigError``)."""
         resource = dryrun_info.request.resource
