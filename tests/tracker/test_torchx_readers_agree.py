@@ -32,6 +32,27 @@ def test_torchxs_fsspec_reader_sees_the_runs_and_no_cache_record(tmp_path):
     assert read["metadata"][RUN] == {"lr": 0.1}
 
 
+def test_a_run_id_too_long_for_a_file_name_is_listed_by_torchx_as_an_alias_that_opens_it(tmp_path):
+    """A run id over 155 bytes cannot be a directory's base32 name (255 bytes at most), so its
+    directory is named for its digest. TorchX's reader, which takes a run id from a directory's name,
+    lists that alias: TorchX's reader, and this store, open the run through it, and this store lists
+    the id itself."""
+    from torchx_airflow_tracker.store_layout import LONG_ID_PREFIX
+
+    long_id = "airflow://" + "d" * 250 + "/run/train/0"
+    store = FsspecStore(str(tmp_path / "store"))
+    store.add_metadata(long_id, lr=0.1)
+    store.add_source(long_id, RUN, "data")
+    assert list(store.run_ids()) == [long_id]
+    (alias,) = torchx_reads(tmp_path / "store", [], [], None)["run_ids"]
+    assert alias.startswith(LONG_ID_PREFIX) and alias == store.alias(long_id)
+    read = torchx_reads(tmp_path / "store", [], [alias], None)
+    assert read["metadata"][alias] == {"lr": 0.1}
+    assert read["sources"][alias] == [[RUN, "data"]]
+    assert store.metadata(alias) == {"lr": 0.1}
+    assert store.alias(RUN) == RUN  # an id that fits a name is its own
+
+
 def test_torchxs_mlflow_reader_lists_exactly_our_runs(mlflow_uri):
     """Runs with metadata, an artifact and a source, a cache record, the claims run, and the run of a
     rank that lost its claim: TorchX's MLflowTracker lists the two TorchX runs our store lists, and

@@ -58,19 +58,27 @@ class TrackerBackend:
         return f"TrackerBackend(conn_id={self.conn_id!r}, kind={self.kind!r})"
 
     def open_store(self) -> ProviderStore:
-        """The launcher-side store: same backend as the job's, for lineage and results."""
+        """The launcher-side store: same backend as the job's, for lineage and results. It reads what
+        any job wrote, so within ``ReadLimits.for_readers()`` (per entry, per run, in all: one store
+        object per task, or per request of a view)."""
+        from torchx_airflow_tracker.read_limits import ReadLimits
+
+        store: ProviderStore
         if self.kind == "fsspec":
             from torchx_airflow_tracker.fsspec_store import FsspecStore
 
-            return FsspecStore(self.config["root"], self.config.get("storage_options") or {})
-        from torchx_airflow_tracker.mlflow_store import MlflowStore
+            store = FsspecStore(self.config["root"], self.config.get("storage_options") or {})
+        else:
+            from torchx_airflow_tracker.mlflow_store import MlflowStore
 
-        return MlflowStore(
-            self.config["tracking_uri"],
-            self.config.get("experiment") or DEFAULT_EXPERIMENT,
-            username=self.job_env.get(ENV_MLFLOW_USERNAME),
-            password=self.job_env.get(ENV_MLFLOW_PASSWORD),
-        )
+            store = MlflowStore(
+                self.config["tracking_uri"],
+                self.config.get("experiment") or DEFAULT_EXPERIMENT,
+                username=self.job_env.get(ENV_MLFLOW_USERNAME),
+                password=self.job_env.get(ENV_MLFLOW_PASSWORD),
+            )
+        store.limits = ReadLimits.for_readers()
+        return store
 
 
 def normalize_conn_ids(value: str | Sequence[str] | None, where: str) -> tuple[str, ...] | None:

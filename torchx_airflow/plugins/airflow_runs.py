@@ -190,24 +190,12 @@ def tracker_groups(tasks: Sequence[TrackedTask]) -> tuple[list[TrackerGroup], li
     return [group for group in groups.values() if group.conn_ids], list(warnings.values())
 
 
-#: a store entry (fsspec) larger than this is not read by the views: a store holds what any job wrote,
-#: and a job's own entries stay far below it (a metrics entry of 100 curves of 1,000 points)
-MAX_METADATA_ENTRY_BYTES = 8 << 20
-
-
-def bounded(store: ProviderStore) -> ProviderStore:
-    """``store`` reading each of its entries up to ``MAX_METADATA_ENTRY_BYTES`` (an entry over it is
-    skipped and named in ``store.oversized``)."""
-    store.max_entry_bytes = MAX_METADATA_ENTRY_BYTES
-    return store
-
-
 def open_first_store(conn_ids: Sequence[str]) -> ProviderStore:
-    """The store a group's lineage is read from: its first tracker, as the operator reads results;
-    its entries read up to a bound (``bounded``)."""
+    """The store a group's lineage is read from: its first tracker, as the operator reads results
+    (within the bounds of a reader, ``ReadLimits.for_readers()``)."""
     from torchx_airflow.hooks.tracker import trackers_for
 
-    return bounded(trackers_for(conn_ids[:1]).stores[0])
+    return trackers_for(conn_ids[:1]).stores[0]
 
 
 def other_dag_ids(graph: LineageGraph) -> dict[str, str]:

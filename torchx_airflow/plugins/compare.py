@@ -10,9 +10,10 @@ from the task's first tracker (``lineage.metrics``). Parameters are flattened to
 only those that differ between rows.
 
 Bounded: at most ``MAX_ROWS`` rows; the curves of the selected runs only (at most ``MAX_CURVES``),
-and of them only the drawn metric's points; no fsspec store entry read past
-``MAX_METADATA_ENTRY_BYTES`` (the page names what was left out); the database part is a few bulk
-queries whatever the number of rows, and store reads overlap (``walk.parallel_map``).
+and of them only the drawn metric's points; the stores read within the bounds of a reader
+(``ReadLimits.for_readers()``: per entry, per run and per request; the page names what was left
+out); the database part is a few bulk queries whatever the number of rows, and store reads
+overlap (``walk.parallel_map``).
 """
 
 from __future__ import annotations
@@ -31,12 +32,10 @@ from torchx_airflow.lineage.keys import XCOM_RUN_ID, XCOM_SUBMITTED_APP
 from torchx_airflow.lineage.metrics import curve_names, final_metrics, metric_series
 from torchx_airflow.plugins.airflow_runs import (
     DEFAULT_TORCHX_CONN_ID,
-    MAX_METADATA_ENTRY_BYTES,
     XCOM_KEYS,
     XCOM_RESULT,
     DagRunNotFound,
     TrackedTask,
-    bounded,
     conn_ids_of,
     open_first_store,
     seed_of,
@@ -448,7 +447,7 @@ def _read_metrics(
                 f"Tracker {group.conn_ids[0]!r} could not be read: {type(e).__name__}: {e}"
             )
             continue
-        comparison.stores.append(bounded(store))  # each entry read up to a bound (fsspec)
+        comparison.stores.append(store)  # read within ReadLimits.for_readers()
         comparison.trackers.append(group.conn_ids[0])
         for task in group.tasks:
             row = row_of[id(task)]
@@ -466,8 +465,8 @@ def _read_metrics(
         skipped = comparison.stores[row.store_index or 0].oversized.get(str(row.torchx_run_id))
         if skipped:
             comparison.warnings.append(
-                f"{row.label}: {len(skipped)} store entries over {MAX_METADATA_ENTRY_BYTES} bytes were not "
-                "read; the metrics they hold are not shown."
+                f"{row.label}: not read in full ({'; '.join(sorted(skipped)[:3])}); the metrics the rest "
+                "holds are not shown."
             )
 
 

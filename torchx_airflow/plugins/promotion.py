@@ -152,7 +152,7 @@ def _candidate(session: Session, dag_id: str, run_id: str, body: PromoteRequest)
 def _stores(session: Session, dag_id: str, run_id: str, body: PromoteRequest) -> list[Any]:
     """The run's tracker stores (its task's rendered trackers), as the lineage view reads them."""
     from torchx_airflow.hooks.tracker import trackers_for
-    from torchx_airflow.plugins.airflow_runs import bounded, tracked_tasks, tracker_groups
+    from torchx_airflow.plugins.airflow_runs import tracked_tasks, tracker_groups
 
     tasks = [
         t
@@ -160,7 +160,7 @@ def _stores(session: Session, dag_id: str, run_id: str, body: PromoteRequest) ->
         if t.seed.task and (t.seed.task.task_id, t.seed.task.map_index) == (body.task_id, body.map_index)
     ]
     groups, _ = tracker_groups(tasks)
-    return [bounded(store) for store in trackers_for(groups[0].conn_ids).stores] if groups else []
+    return list(trackers_for(groups[0].conn_ids).stores) if groups else []
 
 
 def _latest_event(session: Session, asset_id: int) -> Any:

@@ -24,6 +24,8 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from torchx_airflow_tracker.store_files import FileTooLargeError
+
 if TYPE_CHECKING:
     from torchx_airflow_tracker.store_files import StoreFiles
 
@@ -49,6 +51,8 @@ class MlflowSide(Protocol):
 CACHE_FILE_PREFIX = ".c."
 #: Records of one key a reader tries at most (newest first): anyone may add one, the launcher's verifies
 MAX_CANDIDATES = 20
+#: A record larger than this is not read (an honest one fingerprints at most a few thousand outputs)
+MAX_RECORD_BYTES = 8 << 20
 CACHE_EXPERIMENT_PREFIX = ".torchx-cache."
 KEY_TAG = "torchx.cache_key"
 RECORD_TAG = "torchx.cache.record"
@@ -95,7 +99,7 @@ class FsspecCacheRecords:
         self.store.files.write(path, text, self.store.root)
 
     def get(self, key: str) -> dict[str, Any] | None:
-        return _record(self.store.files.read_text(self._path(key)))
+        return _record(self.store.files.read_small(self._path(key), MAX_RECORD_BYTES))
 
     def candidates(self, key: str) -> list[dict[str, Any]]:
         """The one record a key has here (a write replaces it)."""
@@ -104,8 +108,11 @@ class FsspecCacheRecords:
 
     def delete(self, key: str) -> bool:
         path = self._path(key)
-        if self.store.files.read_text(path) is None:
-            return False
+        try:
+            if self.store.files.read_text(path, 0) is None:  # missing or refused (a byte read at most)
+                return False
+        except FileTooLargeError:
+            pass  # there, and not empty
         try:
             self.store.files.remove(path)
         except FileNotFoundError:

@@ -47,6 +47,7 @@ from torchx.tracker.api import TrackerArtifact, TrackerBase
 
 from torchx_airflow_tracker.cache_records import FsspecCacheRecords
 from torchx_airflow_tracker.config import TrackerConfigError, parse_config
+from torchx_airflow_tracker.read_limits import ReadLimits
 from torchx_airflow_tracker.root_listing import LocalListingCache, RootListing
 from torchx_airflow_tracker.run_graph import (
     DEFAULT_DEPTH,
@@ -147,9 +148,9 @@ class FsspecStore(EdgeQueries, TrackerBase):
         self._scanned: dict[str, list[Edge]] = {}  # unindexed run dirs read once by this object
         self._listing_cache = LocalListingCache(self.root) if self.files.local else None
         self._entry_texts: dict[str, tuple[Hashable, str]] = {}  # object stores: {path: (version, text)}
-        #: readers of what any job wrote set a bound: an entry larger than this is skipped, unread
-        self.max_entry_bytes: int | None = None
-        #: run id -> the entries of it skipped for their size (``max_entry_bytes``)
+        #: readers of what any job wrote bound their reads (``ReadLimits.for_readers()``)
+        self.limits = ReadLimits()
+        #: run id -> what of it the limits left unread
         self.oversized: dict[str, set[str]] = {}
 
     def create_root(self) -> None:
@@ -179,6 +180,12 @@ class FsspecStore(EdgeQueries, TrackerBase):
 
         return f"FsspecStore(root={without_userinfo(self.url)!r})"  # sftp://user:pw@host roots
 
+    def alias(self, run_id: str) -> str:
+        """The id TorchX's own reader lists for ``run_id``: itself, or for an id over 155 bytes (too
+        long for a directory's base32 name) the name of its digest, which opens the same run in
+        TorchX's reader and in this store."""
+        return decode_name(run_dir_name(run_id)) or run_id
+
     # paths and entries
 
     def _run_dir(self, run_id: str) -> str:
@@ -189,18 +196,15 @@ class FsspecStore(EdgeQueries, TrackerBase):
         fetched once per store object (entries are written once: a query then costs one listing)."""
         directory = posixpath.join(self._run_dir(run_id), category)
         entries = []
-        for name, version in self.files.versioned_names(directory):
+        self.limits.start(run_id)
+        listed = self.limits.entries(self.files.versioned_names(directory), category, run_id, self.oversized)
+        for name, version in listed:
             path = posixpath.join(directory, name)
             known = self._entry_texts.get(path)
             text = known[1] if known is not None and version is not None and known[0] == version else None
             if text is None:
-                try:
-                    text = self.files.read_text(path, self.max_entry_bytes)
-                except FileTooLargeError as e:
-                    log.warning("Skipping %s: %s (max_entry_bytes)", path, e)
-                    self.oversized.setdefault(run_id, set()).add(path)
-                    continue
-            if text is None:  # removed since listed
+                text = self._read_bounded(run_id, path)
+            if text is None:  # removed since listed, or over a bound
                 continue
             try:
                 entries.append((path, json.loads(text)))
@@ -209,6 +213,23 @@ class FsspecStore(EdgeQueries, TrackerBase):
             if version is not None:
                 self._entry_texts[path] = (version, text)
         return entries
+
+    def _read_bounded(self, run_id: str, path: str) -> str | None:
+        """The text of one of ``run_id``'s files within the limits (charged to them); None when it is
+        missing, refused, or over a bound (then named in ``oversized``)."""
+        room = self.limits.room(run_id)
+        try:
+            if room == 0:
+                raise FileTooLargeError(path, 0)
+            text = self.files.read_text(path, room)
+        except FileTooLargeError:
+            why = self.limits.why(run_id, room or 0)
+            log.warning("Skipping %s: %s", path, why)
+            self.oversized.setdefault(run_id, set()).add(f"{path}: {why}")
+            return None
+        if text is not None:
+            self.limits.charge(run_id, len(text))
+        return text
 
     def _append(self, run_id: str, category: str, content: Mapping[str, Any]) -> None:
         # entries are written once under a unique name, so no rename is needed: readers skip an
@@ -248,7 +269,7 @@ class FsspecStore(EdgeQueries, TrackerBase):
     def _index_run(self, dir_name: str, run_id: str, force: bool = False) -> int:
         """Write the reverse markers of a run's sources, then its ``.i.`` marker; the markers written."""
         marker = posixpath.join(self.root, INDEXED_PREFIX + dir_name)
-        if not force and self.files.read_text(marker) is not None:
+        if not force and self.files.read_small(marker) is not None:
             return 0
         written = sum(self._write_reverse(edge) for edge in self._forward_edges(run_id, dir_name))
         self.files.create_once(marker)
@@ -349,7 +370,7 @@ class FsspecStore(EdgeQueries, TrackerBase):
         racing in between may add a duplicate line, which readers take as one name).
         """
         path = posixpath.join(run_dir, SOURCES, run_dir_name(source_id))
-        text = None if new_run else self.files.read_text(path)
+        text = None if new_run else self.files.read_small(path)
         known = _decode_names(text) if text is not None else ()
         if artifact_name in known:
             return path
@@ -364,7 +385,11 @@ class FsspecStore(EdgeQueries, TrackerBase):
         """A run's edges to its sources, read from its own directory (this store's and TorchX's)."""
         run_dir = posixpath.join(self.root, dir_name or run_dir_name(run_id))
         edges: list[Edge] = []
-        for name in self.files.names(posixpath.join(run_dir, EDGES)):
+        self.limits.start(run_id)
+        listed = self.limits.entries(
+            self.files.names(posixpath.join(run_dir, EDGES)), EDGES, run_id, self.oversized
+        )
+        for name in listed:
             source_key, _, name_key = name.partition(".")
             edge = None
             known, source_id = decode_key(source_key)
@@ -372,14 +397,17 @@ class FsspecStore(EdgeQueries, TrackerBase):
             if known and known_name and source_id is not None:
                 edge = Edge(source_id, run_id, artifact_name)
             else:
-                edge = edge_from_content(self.files.read_text(posixpath.join(run_dir, EDGES, name)))
+                edge = edge_from_content(self._read_bounded(run_id, posixpath.join(run_dir, EDGES, name)))
             if edge is not None:
                 edges.append(Edge(edge.source_id, run_id, edge.artifact_name))
         # TorchX's form of the edges: TorchX's tracker may have written some, or added names
         long_ids = {run_dir_name(e.source_id): e.source_id for e in edges}
-        for name in self.files.names(posixpath.join(run_dir, SOURCES)):
+        listed = self.limits.entries(
+            self.files.names(posixpath.join(run_dir, SOURCES)), SOURCES, run_id, self.oversized
+        )
+        for name in listed:
             source_id = long_ids.get(name) or decode_name(name)
-            text = self.files.read_text(posixpath.join(run_dir, SOURCES, name))
+            text = self._read_bounded(run_id, posixpath.join(run_dir, SOURCES, name))
             if source_id is not None and text is not None:
                 edges += [Edge(source_id, run_id, n) for n in _decode_names(text)]
         return edges
@@ -388,8 +416,8 @@ class FsspecStore(EdgeQueries, TrackerBase):
         """Reverse edges an earlier layout (and TorchX main) kept under ``<b32(parent)>/descendants/``."""
         directory = posixpath.join(self.root, dir_name, DESCENDANTS)
         edges = []
-        for name in self.files.names(directory):
-            child, text = decode_name(name), self.files.read_text(posixpath.join(directory, name))
+        for name in self.limits.entries(self.files.names(directory), DESCENDANTS, run_id, self.oversized):
+            child, text = decode_name(name), self._read_bounded(run_id, posixpath.join(directory, name))
             if child is not None and text is not None:
                 edges += [Edge(run_id, child, n) for n in _decode_names(text)]
         return edges
@@ -422,7 +450,7 @@ class FsspecStore(EdgeQueries, TrackerBase):
         """The run id of a root entry that may be a run directory (a long id's is read from it)."""
         decoded = self._names_a_run(name)
         if decoded is not None and decoded.startswith(LONG_ID_PREFIX):
-            decoded = self.files.read_text(posixpath.join(self.root, name, ID_FILE)) or decoded
+            decoded = self.files.read_small(posixpath.join(self.root, name, ID_FILE)) or decoded
         return decoded
 
     def _run_dirs(self, names: Iterable[str]) -> dict[str, str]:
@@ -456,7 +484,7 @@ class FsspecStore(EdgeQueries, TrackerBase):
                 continue
             edge = edge_from_keys(*keys)
             if edge is None and graph.may_read():
-                edge = edge_from_content(self.files.read_text(posixpath.join(self.root, name)))
+                edge = edge_from_content(self.files.read_small(posixpath.join(self.root, name)))
             if edge is not None:
                 graph.add_edge(edge)
         for dir_name in listing.unindexed():

@@ -45,6 +45,7 @@ from torchx_airflow_tracker.mlflow_tags import ValueTooLargeError as ValueTooLar
 from torchx_airflow_tracker.mlflow_tags import _batches, _encode_all, log_tags
 from torchx_airflow_tracker.mlflow_tags import decode as _decode
 from torchx_airflow_tracker.mlflow_tags import quote as _quote
+from torchx_airflow_tracker.read_limits import ReadLimits
 from torchx_airflow_tracker.run_graph import EdgeGraph, EdgeQueries, artifact_names_key
 
 if TYPE_CHECKING:
@@ -70,6 +71,8 @@ _SAFE_KEY = re.compile(r"[^A-Za-z0-9_\-. /]")
 # how long metadata()/artifacts() answer from the tags the last graph() read (a lineage view reads
 # the graph, then the details of its runs; a store object is made per view)
 SNAPSHOT_SECONDS = 60.0
+#: the runs a bounded graph reads (``graph(max_reads=...)``: the views): the newest first
+MAX_GRAPH_RUNS = 5000
 REGISTRY_TAG = "torchx.claims_run"  # experiment tag: the run whose params are the claims
 REGISTRY_RUN_NAME = ".torchx-claims"
 # the claims run lives in its own experiment beside the store's: every run of the store's experiment
@@ -160,6 +163,32 @@ def _metadata_entries(kwargs: Mapping[str, object]) -> tuple[dict[str, Any], dic
     return entries, metrics
 
 
+#: the fields each kind of entry has (what a tag under its prefix must decode to)
+_FIELDS = {
+    METADATA_PREFIX: ("key", "value"),
+    ARTIFACT_PREFIX: ("name", "path"),
+    SOURCE_PREFIX: ("source", "artifact_names"),
+}
+
+
+def _entry(key: str, value: str, tags: Mapping[str, str]) -> dict[str, Any] | None:
+    """The entry a tag holds, or None (logged) for one that is not whole or not of its kind: any
+    client may set tags on any run, and one such tag never hides the run's others."""
+    fields = next((f for prefix, f in _FIELDS.items() if key.startswith(prefix)), ())
+    try:
+        entry = _decode(value, tags)
+    except (KeyError, ValueError, TypeError) as e:
+        log.warning("Skipping tag %s: not a whole entry (%s: %s)", key, type(e).__name__, e)
+        return None
+    if not isinstance(entry, dict) or any(f not in entry for f in fields):
+        log.warning("Skipping tag %s: not an entry of its kind: %.200s", key, entry)
+        return None
+    if "artifact_names" in fields and not isinstance(entry["artifact_names"], list):
+        log.warning("Skipping tag %s: artifact_names is not a list: %.200s", key, entry)
+        return None
+    return entry
+
+
 class MlflowStore(EdgeQueries, TrackerBase):
     """TorchX tracker backend on an MLflow tracking server (``http://...``) or store (``sqlite:///...``).
 
@@ -189,8 +218,11 @@ class MlflowStore(EdgeQueries, TrackerBase):
         self._claims_read: dict[str, str] | None = None
         # graph(): (when, {TorchX run id: its run's tags})
         self._snapshot: tuple[float, dict[str, dict[str, str]]] | None = None
-        #: the bound of ``ProviderStore``: an MLflow server bounds each tag's size itself
-        self.max_entry_bytes: int | None = None
+        #: searches cut at their limit (``graph(max_reads=...)``, children of a run)
+        self.searches_cut = 0
+        #: readers of what any job wrote bound their reads (``ReadLimits.for_readers()``): a run's
+        #: tags are charged as they are read (the server bounds each tag's size itself)
+        self.limits = ReadLimits()
         self.oversized: dict[str, set[str]] = {}
 
     def __repr__(self) -> str:
@@ -234,16 +266,22 @@ class MlflowStore(EdgeQueries, TrackerBase):
 
     # run resolution
 
-    def _search(self, filter_string: str) -> list[Run]:
+    def _search(self, filter_string: str, limit: int | None = None) -> list[Run]:
+        """The experiment's runs that match, newest first; with ``limit``, at most that many (a
+        longer answer is cut there: ``self.searches_cut`` counts it)."""
         runs: list[Run] = []
         token = None
         while True:
+            size = 1000 if limit is None else max(1, min(1000, limit - len(runs)))
             page = self.client.search_runs(
-                [self.experiment_id], filter_string=filter_string, max_results=1000, page_token=token
+                [self.experiment_id], filter_string=filter_string, max_results=size, page_token=token
             )
             runs.extend(page)
             token = page.token
             if not token:
+                return runs
+            if limit is not None and len(runs) >= limit:
+                self.searches_cut += 1
                 return runs
 
     def mlflow_run_id(self, run_id: str, create: bool = False) -> str | None:
@@ -414,12 +452,31 @@ class MlflowStore(EdgeQueries, TrackerBase):
             if time.monotonic() - self._snapshot[0] < SNAPSHOT_SECONDS:
                 return self._snapshot[1][run_id]
         mlflow_id = self.mlflow_run_id(run_id)
-        return {} if mlflow_id is None else dict(self.client.get_run(mlflow_id).data.tags)
+        return {} if mlflow_id is None else self._charged(run_id, self.client.get_run(mlflow_id).data.tags)
+
+    def _charged(self, run_id: str, tags: Mapping[str, str]) -> dict[str, str]:
+        """The run's tags in key order as far as the limits allow (charged to them); the rest is
+        named in ``oversized``."""
+        if not self.limits.bounded:
+            return dict(tags)
+        kept: dict[str, str] = {}
+        self.limits.start(run_id)
+        for key in sorted(tags):
+            size = len(key) + len(tags[key])
+            room = self.limits.room(run_id)
+            if room is not None and size > room:
+                why = self.limits.why(run_id, room)
+                self.oversized.setdefault(run_id, set()).add(f"{len(tags) - len(kept)} tags: {why}")
+                log.warning("Not reading %d tags of %s: %s", len(tags) - len(kept), run_id, why)
+                break
+            self.limits.charge(run_id, size)
+            kept[key] = tags[key]
+        return kept
 
     def _entries(self, run_id: str, prefix: str, snapshot: bool = False) -> list[Any]:
         """The payloads of a run's tags under ``prefix``, in tag-key order."""
         tags = self._all_tags(run_id, snapshot)
-        return [_decode(v, tags) for k, v in sorted(tags.items()) if k.startswith(prefix)]
+        return [e for k, v in sorted(tags.items()) if k.startswith(prefix) and (e := _entry(k, v, tags))]
 
     def make_ready(self) -> None:
         """Before a job's ranks write: the experiment exists (and a new SQLite store's tables)."""
@@ -435,26 +492,27 @@ class MlflowStore(EdgeQueries, TrackerBase):
 
     def graph(self, source_id: str | None = None, max_reads: int | None = None) -> EdgeGraph:
         """Every edge of the experiment from one search of its runs (a request per 1,000 runs);
-        ``source_id``: only the edges from it. ``max_reads`` is for stores read entry by entry: the
-        search is bounded by its pages.
+        ``source_id``: only the edges from it. With ``max_reads`` (a view) the search stops at
+        ``MAX_GRAPH_RUNS`` runs, the newest, and the graph counts the cut as ``unread``.
 
         The runs' tags are kept: for ``SNAPSHOT_SECONDS`` ``metadata()`` and ``artifacts()`` of a run
         read in it make no request (this object's own writes to a run drop it from the snapshot).
         The lineage view reads a store's graph, then the details of the runs it draws.
         """
-        runs = self._search(f"tags.`{RUN_ID_TAG}` LIKE '%'")
+        cut = self.searches_cut
+        runs = self._search(f"tags.`{RUN_ID_TAG}` LIKE '%'", None if max_reads is None else MAX_GRAPH_RUNS)
         by_mlflow_id = {run.info.run_id: run for run in runs}
         tags_of: dict[str, dict[str, str]] = {}
         for run_id in {run.data.tags[RUN_ID_TAG] for run in runs}:  # each id: the run its claim names
             claimed = self._claimed(run_id, by_mlflow_id)
             if claimed is not None:
-                tags_of[run_id] = dict(by_mlflow_id[claimed].data.tags)
+                tags_of[run_id] = self._charged(run_id, by_mlflow_id[claimed].data.tags)
                 self._mlflow_ids[run_id] = claimed
         graph = EdgeGraph()
+        graph.unread = self.searches_cut - cut  # a cut search: the experiment's older runs
         for run_id, tags in tags_of.items():
             for tag_key, value in tags.items():
-                if tag_key.startswith(SOURCE_PREFIX):
-                    entry = _decode(value, tags)
+                if tag_key.startswith(SOURCE_PREFIX) and (entry := _entry(tag_key, value, tags)):
                     if source_id is not None and entry["source"] != source_id:
                         continue
                     for name in artifact_names_key(entry["artifact_names"]):
@@ -555,7 +613,14 @@ class MlflowStore(EdgeQueries, TrackerBase):
 
     def artifacts(self, run_id: str) -> Mapping[str, TrackerArtifact]:
         entries = self._entries(run_id, ARTIFACT_PREFIX, True)
-        return {e["name"]: TrackerArtifact(e["name"], e["path"], e["metadata"]) for e in entries}
+        return {
+            str(e["name"]): TrackerArtifact(
+                str(e["name"]),
+                str(e["path"]),
+                e.get("metadata") if isinstance(e.get("metadata"), dict) else None,
+            )
+            for e in entries
+        }
 
     def _parents(self, run_id: str) -> dict[str, tuple[str | None, ...]]:
         entries = self._entries(run_id, SOURCE_PREFIX)
@@ -564,10 +629,10 @@ class MlflowStore(EdgeQueries, TrackerBase):
     def _children(self, run_id: str) -> dict[str, tuple[str | None, ...]]:
         tag_key = SOURCE_PREFIX + _digest(run_id)
         children: dict[str, tuple[str | None, ...]] = {}
-        for run in self._search(f"tags.`{tag_key}` LIKE '%'"):
-            entry = _decode(run.data.tags[tag_key], run.data.tags)
+        for run in self._search(f"tags.`{tag_key}` LIKE '%'", self.limits.run_entries):
+            entry = _entry(tag_key, run.data.tags[tag_key], run.data.tags)
             child = run.data.tags.get(RUN_ID_TAG)
-            if child and entry["source"] == run_id:
+            if child and entry and entry["source"] == run_id:
                 children[child] = artifact_names_key(entry["artifact_names"])
         return children
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from torchx.tracker.api import Lineage, TrackerArtifact, TrackerSource
 
+    from torchx_airflow_tracker.read_limits import ReadLimits
     from torchx_airflow_tracker.run_graph import EdgeGraph
 
 
@@ -54,9 +55,9 @@ class CacheRecords(Protocol):
 class ProviderStore(MetricsStore, Protocol):
     """One tracker store of this package: TorchX's ``TrackerBase`` and what the provider adds."""
 
-    #: readers of what any job wrote set a bound: an entry larger than this is skipped, unread
-    max_entry_bytes: int | None
-    #: run id -> the entries of it skipped for their size (``max_entry_bytes``)
+    #: readers of what any job wrote bound what they read (``ReadLimits.for_readers()``)
+    limits: ReadLimits
+    #: run id -> what of it the limits left unread
     oversized: dict[str, set[str]]
 
     # TorchX's TrackerBase

@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _LOCAL_PROTOCOLS = {"file", "local"}
+#: a file of the store that is small when honest (a marker, a long run id, an edge, a cache record,
+#: a sources/ file): a reader reads no more of it than this
+SMALL_FILE_BYTES = 1 << 20
 # what object stores' listings carry that changes with the object (s3fs: ETag, LastModified)
 _VERSION_FIELDS = ("ETag", "LastModified", "mtime", "created")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -260,14 +263,21 @@ class StoreFiles:
             self.fs.pipe_file(path, data)
 
     def read(self, path: str, max_bytes: int | None = None) -> bytes:
-        """The file's bytes; ``FileNotFoundError`` if it does not exist. With ``max_bytes``, at most
-        ``max_bytes + 1`` of them are read (a longer result tells the caller the file is larger)."""
+        """The file's bytes; ``FileNotFoundError`` if it does not exist. With ``max_bytes``,
+        ``FileTooLargeError`` when it holds more: a local file's size is known before any byte is
+        read (then none is), elsewhere at most ``max_bytes + 1`` of them are read."""
         if self.local:
             with self.tree.open_file(path, _READ_FLAGS) as fd:
-                return _read_fd(fd, None if max_bytes is None else max_bytes + 1)
-        if max_bytes is None:
-            return self.fs.cat_file(path)
-        return self.fs.cat_file(path, start=0, end=max_bytes + 1)
+                if max_bytes is not None and os.fstat(fd).st_size > max_bytes:
+                    raise FileTooLargeError(path, max_bytes)
+                data = _read_fd(fd, None if max_bytes is None else max_bytes + 1)
+        elif max_bytes is None:
+            data = self.fs.cat_file(path)
+        else:
+            data = self.fs.cat_file(path, start=0, end=max_bytes + 1)
+        if max_bytes is not None and len(data) > max_bytes:  # grown since, or not local
+            raise FileTooLargeError(path, max_bytes)
+        return data
 
     def read_text(self, path: str, max_bytes: int | None = None) -> str | None:
         """The file's text, or None if it does not exist, is a directory, or is refused (a link, a
@@ -280,9 +290,18 @@ class StoreFiles:
         except UnsafeEntryError as e:
             self._refuse(e)
             return None
-        if max_bytes is not None and len(data) > max_bytes:
-            raise FileTooLargeError(path, max_bytes)
         return data.decode("utf-8")
+
+    def read_small(self, path: str, max_bytes: int = SMALL_FILE_BYTES) -> str | None:
+        """``read_text`` of a file that is small when honest (a marker, an id, an edge, a cache
+        record): None, logged once, when it holds more than ``max_bytes``, unread past them."""
+        try:
+            return self.read_text(path, max_bytes)
+        except FileTooLargeError as e:
+            if path not in self.refused:
+                self.refused.add(path)
+                log.warning("Not reading %s", e)
+            return None
 
     def names(self, directory: str, hidden: bool = False) -> list[str]:
         """Entry names (not paths) under ``directory`` in name order; [] if missing or refused.

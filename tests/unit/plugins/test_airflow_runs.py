@@ -100,8 +100,10 @@ def test_the_views_and_promotion_read_each_store_entry_up_to_a_bound(tmp_path, m
     """The lineage view and manual promotion open stores through the same bound as the comparison
     view: an entry a job wrote bigger than it is skipped, not read into the API server."""
     from torchx_airflow_tracker.fsspec_store import FsspecStore
+    from torchx_airflow_tracker.read_limits import ENTRY_BYTES as MAX_METADATA_ENTRY_BYTES
+    from torchx_airflow_tracker.read_limits import ReadLimits
 
-    from torchx_airflow.plugins.airflow_runs import MAX_METADATA_ENTRY_BYTES, open_first_store
+    from torchx_airflow.plugins.airflow_runs import open_first_store
 
     root = tmp_path / "store"
     writer = FsspecStore(str(root))
@@ -110,6 +112,6 @@ def test_the_views_and_promotion_read_each_store_entry_up_to_a_bound(tmp_path, m
     conn = {"conn_type": "torchx_fsspec", "extra": {"root": str(root)}}
     monkeypatch.setenv("AIRFLOW_CONN_BOUNDED_FS", json.dumps(conn))
     store = open_first_store(["bounded_fs"])
-    assert store.max_entry_bytes == MAX_METADATA_ENTRY_BYTES
+    assert store.limits == ReadLimits.for_readers()
     assert store.metadata("local_cwd://torchx/big") == {"loss": 0.25}
     assert list(store.oversized) == ["local_cwd://torchx/big"]

@@ -189,9 +189,8 @@ def test_a_store_entry_over_the_bound_is_not_read_and_the_page_says_so(tmp_path,
     import uuid
 
     from torchx_airflow_tracker.fsspec_store import FsspecStore
+    from torchx_airflow_tracker.read_limits import ENTRY_BYTES, ReadLimits
     from torchx_airflow_tracker.store_files import StoreFiles
-
-    from torchx_airflow.plugins import compare
 
     url = str(tmp_path / "store") if root == "local" else f"memory://cmp-{uuid.uuid4().hex}"
     writer = FsspecStore(url)
@@ -204,11 +203,12 @@ def test_a_store_entry_over_the_bound_is_not_read_and_the_page_says_so(tmp_path,
         "read",
         lambda self, path, max_bytes=None: reads.append(max_bytes) or real_read(self, path, max_bytes),
     )
-    data = comparison_json(_comparison([{"torchx_run_id": "local_cwd://torchx/big"}], FsspecStore(url)))
+    reader = FsspecStore(url)
+    reader.limits = ReadLimits.for_readers()
+    data = comparison_json(_comparison([{"torchx_run_id": "local_cwd://torchx/big"}], reader))
     assert data["runs"][0]["metrics"] == {"loss": 0.25}  # the oversized entry's accuracy is not read
-    assert reads and set(reads) == {compare.MAX_METADATA_ENTRY_BYTES}  # every entry read bounded
+    assert reads and None not in reads and max(reads) <= ENTRY_BYTES  # every entry read bounded
     (warning,) = data["warnings"]
-    assert warning.startswith("r1 [0]: 1 store entries over 8388608 bytes were not read")
-    assert "1 store entries over 8388608 bytes were not read" in render_compare_page(
-        data, static_url="/s", json_url="/j", query={}
-    )
+    assert warning.startswith("r1 [0]: not read in full (")
+    assert f"over {ENTRY_BYTES} bytes (one entry's bound)" in warning
+    assert "not read in full" in render_compare_page(data, static_url="/s", json_url="/j", query={})

@@ -206,8 +206,18 @@ def _local_file(path: str, budget: _Budget) -> dict[str, Any]:
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns}
 
 
-def _local_files(root: str) -> Iterator[tuple[str, str]]:
+def _local_files(path: str, root: str, budget: _Budget) -> Iterator[tuple[str, str]]:
+    """``(relative, full)`` of the files under ``root``, each listing charged to ``budget`` as it
+    is made (time, and every entry, a directory or not, against ``MAX_DIRECTORY_FILES``): a tree of
+    empty directories costs as much as one of files."""
+    listed = 0
     for directory, dirs, files in os.walk(root):
+        listed += len(dirs) + len(files)
+        if listed > MAX_DIRECTORY_FILES:
+            raise FingerprintError(
+                f"{path!r} holds more than {MAX_DIRECTORY_FILES} entries: too many to fingerprint."
+            )
+        budget.take(path, 0)
         dirs.sort()
         for name in sorted(files):
             full = os.path.join(directory, name)
@@ -218,14 +228,9 @@ def _local(path: str, budget: _Budget) -> dict[str, Any]:
     try:
         real = _checked_local(path, budget)
         if stat.S_ISDIR(os.stat(real).st_mode):
-            entries = {}
-            for count, (relative, full) in enumerate(_local_files(real), start=1):
-                if count > MAX_DIRECTORY_FILES:
-                    raise FingerprintError(
-                        f"{path!r} holds more than {MAX_DIRECTORY_FILES} files: too many to fingerprint."
-                    )
-                budget.take(path, 0)
-                entries[relative] = _local_file(full, budget)
+            entries = {
+                relative: _local_file(full, budget) for relative, full in _local_files(path, real, budget)
+            }
             return {"directory": entries}
         return _local_file(path, budget)
     except OSError as e:
@@ -264,11 +269,16 @@ def _remote(url: str, budget: _Budget) -> dict[str, Any]:
         info = fs.info(path)
         if info.get("type") != "directory":
             return _remote_file(fs, path, info, budget)
-        found = fs.find(path, detail=True)
-        if len(found) > MAX_DIRECTORY_FILES:
-            raise FingerprintError(
-                f"{url!r} holds more than {MAX_DIRECTORY_FILES} files: too many to fingerprint."
-            )
+        found: dict[str, Any] = {}
+        listed = 0
+        for _, dirs, files in fs.walk(path, detail=True):  # each listing charged as it is made
+            listed += len(dirs) + len(files)
+            if listed > MAX_DIRECTORY_FILES:
+                raise FingerprintError(
+                    f"{url!r} holds more than {MAX_DIRECTORY_FILES} entries: too many to fingerprint."
+                )
+            budget.take(url, 0)
+            found.update({str(info["name"]): info for info in files.values()})
         base = path.rstrip("/") + "/"
         return {
             "directory": {

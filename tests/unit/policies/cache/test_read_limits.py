@@ -128,6 +128,37 @@ def test_reads_stop_at_the_byte_budget(tmp_path):
         fingerprint(str(big), ReadScope(local_roots=(str(tmp_path),), max_bytes=1 << 20))
 
 
+def test_listing_a_directory_is_charged_to_the_budget(tmp_path, monkeypatch):
+    """A tree of empty directories (no file to read) still costs: every entry listed counts against
+    MAX_DIRECTORY_FILES, and every listing against the deadline, local and remote alike."""
+    import fsspec
+
+    from torchx_airflow.policies.cache import fingerprints
+
+    tree = tmp_path / "out"
+    for i in range(30):
+        (tree / f"d{i}" / "e").mkdir(parents=True)
+    roots = ReadScope(local_roots=(str(tmp_path),))
+    assert fingerprint(str(tree), roots) == {"directory": {}}
+    monkeypatch.setattr(fingerprints, "MAX_DIRECTORY_FILES", 20)
+    with pytest.raises(FingerprintError, match="more than 20 entries"):
+        fingerprint(str(tree), roots)
+    monkeypatch.setattr(fingerprints, "MAX_DIRECTORY_FILES", 10_000)
+    with pytest.raises(FingerprintError, match="took over 0 s"):
+        fingerprint(str(tree), ReadScope(local_roots=(str(tmp_path),), seconds=0))
+
+    fs = fsspec.filesystem("memory")
+    root = f"/fp-{uuid.uuid4().hex}"
+    for i in range(30):
+        fs.makedirs(f"{root}/out/d{i}/e", exist_ok=True)
+        fs.pipe_file(f"{root}/out/d{i}/e/.keep", b"")
+    remote = ReadScope(stores=((fs, root),))
+    assert len(fingerprint(f"memory://{root}/out", remote)["directory"]) == 30
+    monkeypatch.setattr(fingerprints, "MAX_DIRECTORY_FILES", 20)
+    with pytest.raises(FingerprintError, match="more than 20 entries"):
+        fingerprint(f"memory://{root}/out", remote)
+
+
 def test_a_record_whose_outputs_point_at_dev_zero_or_a_url_is_a_miss_at_once(loopback_url):
     """A record's outputs (paths a job chose, signed as the job recorded them) are checked within the
     default scope: no device, no URL; at once, without a request."""
