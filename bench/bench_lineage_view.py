@@ -345,15 +345,12 @@ def make_mlflow_store(uri: str, experiment: str, shape: StoreShape) -> list[str]
 
 def mlflow_rows(workdir: Path, shape: StoreShape = MLFLOW_STORE) -> list[dict]:
     """The view on an MLflow store (a new store object per view, as the view makes one per page)
-    against the view's per-run walk on the same store (the store without ``graph()``)."""
+    against the view's walk run by run before ``graph()`` (``baseline_graph``) on the same store."""
     from torchx_airflow_tracker.mlflow_store import MlflowStore
 
     from tests.services import mlflow_server_process
     from torchx_airflow.plugins.graph import AirflowTask, Seed, build_graph
     from torchx_airflow.plugins.render import render_page
-
-    class PerRunStore(MlflowStore):
-        graph = None  # type: ignore[assignment]  # the walk then asks run by run, as before graph()
 
     with mlflow_server_process(workdir, workers=1) as (uri, _):
         start = time.perf_counter()
@@ -367,10 +364,14 @@ def mlflow_rows(workdir: Path, shape: StoreShape = MLFLOW_STORE) -> list[dict]:
         requests: dict[str, list[int]] = {"view": [], "baseline": []}
         drawn = []
 
-        def view(kind: str, store_class: type[MlflowStore]) -> None:
+        def view(kind: str) -> None:
             with counting_mlflow_requests() as made:
                 start = time.perf_counter()
-                graph = build_graph([(store_class(uri, "lineage"), seeds)], DEPTH)
+                store = MlflowStore(uri, "lineage")
+                if kind == "baseline":
+                    graph = baseline_graph(store, seeds, DEPTH)
+                else:
+                    graph = build_graph([(store, seeds)], DEPTH)
                 render_page(graph, dag_id=DAG_ID, run_id=DAG_RUN, static_url="/s", json_url="/j")
                 times[kind].append(time.perf_counter() - start)
             requests[kind].append(len(made))
@@ -378,12 +379,12 @@ def mlflow_rows(workdir: Path, shape: StoreShape = MLFLOW_STORE) -> list[dict]:
 
         for round_index in range(MLFLOW_REPEATS):
             if round_index < MLFLOW_BASELINE_REPEATS:
-                view("baseline", PerRunStore)
-            view("view", MlflowStore)
+                view("baseline")
+            view("view")
     median_view, median_base = statistics.median(times["view"]), statistics.median(times["baseline"])
     pages = -(-shape.runs // 1000)
     sizes = f"MLflow store of {shape.runs} runs ({shape.graph_runs}-run graph)"
-    baseline = "the view's walk run by run (the store without graph()), same store, same run"
+    baseline = "the view's walk run by run (before graph()), same store, same run"
     note = (
         f"view: median of {len(times['view'])} runs, baseline: {len(times['baseline'])}, interleaved; "
         f"local mlflow server (SQLite, one worker); the view draws {drawn[-1]} of the graph's "
@@ -404,12 +405,12 @@ def mlflow_rows(workdir: Path, shape: StoreShape = MLFLOW_STORE) -> list[dict]:
         {
             "figure": f"MLflow requests per lineage view, {sizes}",
             "baseline": baseline,
-            "target": "<= 1 (experiment lookup) + 1 per page of 1,000 runs",
+            "target": "<= 2 (experiment lookup, its claims) + 1 per page of 1,000 runs",
             "value": float(requests["view"][-1]),
             "baseline_value": float(requests["baseline"][-1]),
             "ratio": requests["view"][-1] / max(1, requests["baseline"][-1]),
             "unit": "requests",
-            "meets_target": max(requests["view"]) <= 1 + pages,
+            "meets_target": max(requests["view"]) <= 2 + pages,
             "note": f"requests per view, each run: {requests['view']} (baseline {requests['baseline']})",
         },
     ]
