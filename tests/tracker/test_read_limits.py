@@ -9,7 +9,7 @@ import json
 import uuid
 
 import pytest
-from torchx_airflow_tracker.fsspec_store import FsspecStore
+from torchx_airflow_tracker.fsspec_store import FsspecStore, entry_name
 from torchx_airflow_tracker.read_limits import ENTRY_BYTES, RUN_BYTES, RUN_ENTRIES, ReadLimits
 from torchx_airflow_tracker.store_files import SMALL_FILE_BYTES, StoreFiles
 from torchx_airflow_tracker.store_layout import ID_FILE, run_dir_name
@@ -141,3 +141,71 @@ def test_a_junk_tag_hides_none_of_a_runs_entries_and_a_bounded_graph_stops(mlflo
     assert bounded.unread >= 1
     assert sum(1 for run in runs if bounded.parents_of(run)) == 2
     assert all(MlflowStore(mlflow_uri, experiment).graph().parents_of(run) for run in runs)
+
+
+def test_bytes_that_are_not_utf8_skip_their_file_and_hide_nothing_else(tmp_path):
+    """A job writes bytes that are not UTF-8 into an entry of its run and into the id file of a run
+    whose marker it removed: that entry and that id are skipped (logged), never an error that hides
+    the run's other entries or the store's other runs."""
+    writer = FsspecStore(str(tmp_path))
+    long_id = "local_cwd://torchx/" + "l" * 200
+    writer.add_metadata(RUN, loss=0.5)
+    writer.add_metadata(long_id, loss=0.7)
+    writer.add_metadata("local_cwd://torchx/other", loss=0.9)
+    run_dir = next(p for p in tmp_path.iterdir() if (p / ID_FILE).exists())
+    (run_dir / ID_FILE).write_bytes(b"\xff\xfe")
+    for marker in tmp_path.rglob("*.i.*"):
+        marker.unlink()
+    bad = tmp_path / run_dir_name(RUN) / "metadata" / entry_name()
+    bad.write_bytes(b'{"metadata": {"x": "\xff"}}')
+    reader = _reader(tmp_path)
+    assert reader.metadata(RUN) == {"loss": 0.5}
+    assert str(bad) in reader.files.refused
+    assert "local_cwd://torchx/other" in set(reader.run_ids())
+    assert reader.graph(max_reads=64) is not None
+
+
+def test_the_bounds_count_bytes_not_characters(tmp_path, bytes_read):
+    """Entries of four-byte characters: what a reader reads stays within the run bound in bytes."""
+    FsspecStore(str(tmp_path)).add_metadata(RUN, first=1)
+    for i in range(3):  # written raw, as a job may: 4 MiB of bytes, 1 Mi characters each
+        entry = json.dumps({"metadata": {f"e{i}": "\U0001f600" * (1 << 20)}}, ensure_ascii=False)
+        (tmp_path / run_dir_name(RUN) / "metadata" / entry_name()).write_text(entry, encoding="utf-8")
+    reader = _reader(tmp_path, ReadLimits(ENTRY_BYTES, run_bytes=9 << 20, total_bytes=TOTAL))
+    assert len(reader.metadata(RUN)) == 3  # the first entry and two of 4 MiB: 9 MiB in all
+    assert reader.limits.read[RUN] <= 9 << 20 and sum(bytes_read) <= (9 << 20) + 2
+
+
+TOTAL = 32 << 20
+
+
+def test_a_task_reads_its_own_results_whole_after_its_reads_of_other_runs_spent_the_total(tmp_path):
+    """Hostile parents with large artifacts spend the store object's total before the task reads its
+    own run's results at the end: those results are still read (a total of their own)."""
+    from torchx_airflow.lineage.recorded import run_results
+
+    writer = FsspecStore(str(tmp_path))
+    writer.add_metadata(RUN, loss=0.125)
+    writer.add_artifact(RUN, "model", "/out/model.pt")
+    reader = _reader(tmp_path, ReadLimits(ENTRY_BYTES, RUN_BYTES, total_bytes=1 << 20))
+    writer.add_metadata("local_cwd://torchx/parent", blob="p" * (700 << 10))
+    assert reader.metadata("local_cwd://torchx/parent")
+    reader.limits.charge("local_cwd://torchx/others", (1 << 20) - reader.limits.total)  # all spent
+    results = run_results(reader, RUN)
+    assert results["metadata"] == {"loss": 0.125} and results["metrics"] == {"loss": 0.125}
+    assert results["artifacts"]["model"]["path"] == "/out/model.pt"
+
+
+def test_a_writer_keeps_an_edges_names_when_the_readers_total_is_spent(mlflow_uri):
+    """The worker's store reads within the readers' limits; adding a name to an edge reads the edge
+    whole all the same, so the names it held are kept."""
+    from torchx_airflow_tracker.mlflow_store import MlflowStore
+
+    experiment = f"edge-{uuid.uuid4().hex[:6]}"
+    store = MlflowStore(mlflow_uri, experiment)
+    store.limits = ReadLimits(ENTRY_BYTES, RUN_BYTES, total_bytes=1 << 20)
+    child, parent = f"slurm://torchx/c-{uuid.uuid4().hex[:4]}", "slurm://torchx/p"
+    store.add_source(child, parent, "a")
+    store.limits.charge("elsewhere", 1 << 20)  # spent by reads of other runs
+    store.add_source(child, parent, "b")
+    assert MlflowStore(mlflow_uri, experiment).graph().parents_of(child) == {parent: ("a", "b")}

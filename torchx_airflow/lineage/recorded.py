@@ -23,11 +23,15 @@ def run_results(store: ProviderStore, run_id: str) -> dict[str, Any]:
     """The run's metadata, artifacts, sources and final metrics (``lineage.metrics.final_metrics``:
     its numeric metadata and each curve's last point) from ``store``, JSON-safe, for XCom.
 
-    The job writes the paths: a URL's user info (``https://bob:pw@host/x``) is taken out of every
-    artifact path and source id, since XComs, asset events and lineage are read by people.
+    They are read within ``ReadLimits`` bounds counted afresh for this run. The job writes the
+    paths: a URL's user info (``https://bob:pw@host/x``) is taken out of every artifact path and
+    source id, since XComs, asset events and lineage are read by people.
     """
     from torchx_airflow.lineage.metrics import final_metrics
 
+    # the run's own results get a total of their own: reads of other runs before them (its parents'
+    # artifacts, cache keys) never cut them
+    store.limits = store.limits.renewed()
     try:
         metadata = dict(store.metadata(run_id))
         metrics = final_metrics(store, run_id)

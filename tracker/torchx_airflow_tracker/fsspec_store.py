@@ -227,8 +227,8 @@ class FsspecStore(EdgeQueries, TrackerBase):
             log.warning("Skipping %s: %s", path, why)
             self.oversized.setdefault(run_id, set()).add(f"{path}: {why}")
             return None
-        if text is not None:
-            self.limits.charge(run_id, len(text))
+        if text is not None:  # its bytes, as the bound counted them (a character may be four)
+            self.limits.charge(run_id, len(text.encode("utf-8")))
         return text
 
     def _append(self, run_id: str, category: str, content: Mapping[str, Any]) -> None:

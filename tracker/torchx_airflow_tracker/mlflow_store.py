@@ -462,7 +462,7 @@ class MlflowStore(EdgeQueries, TrackerBase):
         kept: dict[str, str] = {}
         self.limits.start(run_id)
         for key in sorted(tags):
-            size = len(key) + len(tags[key])
+            size = len(key.encode("utf-8")) + len(tags[key].encode("utf-8"))
             room = self.limits.room(run_id)
             if room is not None and size > room:
                 why = self.limits.why(run_id, room)
@@ -637,7 +637,13 @@ class MlflowStore(EdgeQueries, TrackerBase):
         return children
 
     def add_source(self, run_id: str, source_id: str, artifact_name: str | None = None) -> None:
-        names = self._parents(run_id).get(source_id, ())
+        # the edge's own tag, read whole: a writer's read is never cut by the readers' limits (a cut
+        # read would rewrite the edge without the names it held)
+        tag_key = SOURCE_PREFIX + _digest(source_id)
+        mlflow_id = self.mlflow_run_id(run_id)
+        tags = {} if mlflow_id is None else self.client.get_run(mlflow_id).data.tags
+        entry = _entry(tag_key, tags[tag_key], tags) if tag_key in tags else None
+        names = artifact_names_key(entry["artifact_names"]) if entry and entry["source"] == source_id else ()
         artifact_name = artifact_name or None
         if artifact_name in names:
             return  # the same edge twice is one edge

@@ -7,7 +7,8 @@ worker reading a run's results when it ends) gives its store ``ReadLimits.for_re
 itself, reading its own run, keeps the default (no bound).
 
 The run bound counts one query of a run (its metadata, its artifacts, its sources); the total counts
-everything a store object reads: a view opens its stores for one request, a task for one run.
+the entries a store object reads: a view opens its stores for one request, a task for one run (its
+own results at the end count afresh: ``renewed``). Bounds count bytes.
 What a limit leaves unread is named in ``store.oversized`` (run id -> what was skipped), so the views
 can say a run was not read in full; a reader never fails for it.
 """
@@ -66,6 +67,11 @@ class ReadLimits:
         if self.total_bytes is not None and self.total_bytes - self.total <= room:
             return f"past {self.total_bytes} bytes read in all (one request's bound)"
         return f"past {self.run_bytes} bytes read of this run (one run's bound)"
+
+    def renewed(self) -> ReadLimits:
+        """The same bounds with nothing read yet (the task's reads of its own run, after its
+        reads of others)."""
+        return ReadLimits(self.entry_bytes, self.run_bytes, self.total_bytes, self.run_entries)
 
     def start(self, run_id: str) -> None:
         """A new query of ``run_id`` (its metadata, artifacts or sources): its run bound starts over."""

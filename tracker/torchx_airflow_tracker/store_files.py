@@ -281,8 +281,8 @@ class StoreFiles:
 
     def read_text(self, path: str, max_bytes: int | None = None) -> str | None:
         """The file's text, or None if it does not exist, is a directory, or is refused (a link, a
-        FIFO...: logged once); ``FileTooLargeError`` when it holds more than ``max_bytes`` (nothing
-        past that is read)."""
+        FIFO, bytes that are not UTF-8...: logged once); ``FileTooLargeError`` when it holds more
+        than ``max_bytes`` (nothing past that is read)."""
         try:
             data = self.read(path, max_bytes)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
@@ -290,7 +290,13 @@ class StoreFiles:
         except UnsafeEntryError as e:
             self._refuse(e)
             return None
-        return data.decode("utf-8")
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:  # not text any writer of the store writes: skipped, not an error
+            if path not in self.refused:
+                self.refused.add(path)
+                log.warning("Not reading %r: it is not UTF-8 text", path)
+            return None
 
     def read_small(self, path: str, max_bytes: int = SMALL_FILE_BYTES) -> str | None:
         """``read_text`` of a file that is small when honest (a marker, an id, an edge, a cache

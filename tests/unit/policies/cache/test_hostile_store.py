@@ -191,7 +191,7 @@ def test_the_readers_ttl_applies_when_shorter_than_the_records(store):
         ("{not json", None),
         ("[1, 2]", None),
         (json.dumps({"expires": "never"}), "unsigned"),
-        ("\udcff", "not read"),
+        ("\udcff", None),  # skipped by the store's reader, as any file that is not UTF-8 text
     ],
 )
 def test_a_malformed_record_is_skipped_and_the_next_store_answers(tmp_path, text, warned, capsys):
@@ -202,8 +202,10 @@ def test_a_malformed_record_is_skipped_and_the_next_store_answers(tmp_path, text
     result, submitted, _ = _run(bad, stores=[bad, good])
     assert submitted == 0 and result["cache_hit"] is True
     # what is no JSON object reads as no record in the store (nothing to trust); a record is warned of once
-    warnings = _warnings(capsys.readouterr().out)
+    out = capsys.readouterr().out
+    warnings = _warnings(out)
     assert [warned in w for w in warnings] == ([True] if warned else [])
+    assert bool(bad.files.refused) == (text == "\udcff")
 
 
 def test_a_signed_record_with_an_expires_that_is_no_number_is_a_miss(store, capsys):
