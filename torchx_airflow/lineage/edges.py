@@ -25,6 +25,7 @@ from torchx_airflow.lineage.keys import (
     ATTEMPT_KEY,
     ENDED_BY_KEY,
     METADATA_PREFIX,
+    XCOM_LINEAGE_PARENTS,
     XCOM_RUN_ID,
 )
 
@@ -87,6 +88,20 @@ def _run_ids_of(ti: Any, task_id: str, states: Mapping[int, str]) -> list[str]:
     return [v for v in values if isinstance(v, str) and v]
 
 
+def _named_parents(ti: Any, task_id: str, child_task_id: str) -> list[str] | None:
+    """The parents an upstream task that is no run names for this task's map index (a sweep's plan
+    names each segment's previous segment: ``XCOM_LINEAGE_PARENTS``); None: it names none."""
+    named = ti.xcom_pull(task_ids=task_id, key=XCOM_LINEAGE_PARENTS, map_indexes=-1)
+    by_index = named.get(child_task_id) if isinstance(named, Mapping) else None
+    index = getattr(ti, "map_index", -1)
+    if not isinstance(by_index, list) or not isinstance(index, int) or not 0 <= index < len(by_index):
+        return None
+    parents = by_index[index]
+    if not isinstance(parents, list):
+        return None
+    return [p for p in parents if isinstance(p, str) and p]
+
+
 def parent_runs(context: Context) -> list[str]:
     """The tracker run ids of this task's nearest tracked, successful ancestors, in DAG order."""
     ti = context["ti"]
@@ -107,8 +122,9 @@ def parent_runs(context: Context) -> list[str]:
             if not any(state == SUCCESS for state in states.values()):
                 continue  # skipped, failed, not run: not a parent, and lineage does not flow through it
             run_ids = _run_ids_of(ti, task_id, states)
-            if run_ids:
-                parents.extend(run_ids)
+            named = None if run_ids else _named_parents(ti, task_id, task.task_id)
+            if run_ids or named is not None:
+                parents.extend(run_ids or named or [])
             else:
                 upstream.update(dag.get_task(task_id).upstream_task_ids)
         frontier = sorted(upstream - seen)

@@ -14,6 +14,9 @@ XCOM_TRACKER_URL = "tracker_url"
 XCOM_SUBMITTED_APP = "torchx_app"
 #: the cache key of the run the task waits on (also in the task's state store)
 XCOM_CACHE_KEY = "torchx_cache_key"
+#: of a task that is not a TorchX run, between TorchX tasks (a sweep's plan): ``{downstream task id:
+#: [the parents of each of its map indexes, or None to look further up]}``
+XCOM_LINEAGE_PARENTS = "torchx_lineage_parents"
 
 # tracker metadata keys of a run
 METADATA_PREFIX = "airflow_"

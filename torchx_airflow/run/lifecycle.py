@@ -159,6 +159,7 @@ class RunLifecycle:
                         result = body()
                     except ShortCutTaken as taken:  # a policy's result: nothing was submitted
                         result = taken.short_cut.result
+                        self._record_app(short_cut=True)
             except (TaskDeferred, TaskAwaitingInput):
                 raise
             except BaseException as error:
@@ -313,17 +314,27 @@ class RunLifecycle:
         self._record_app()
         record_task_run(run.trackers, app_handle, run.context, run.tracker_timeout, run.log, run.app)
 
-    def _record_app(self) -> None:
-        """XCom ``torchx_app``: what was submitted, secrets masked, for comparing runs."""
+    def _record_app(self, short_cut: bool = False) -> None:
+        """XCom ``torchx_app``: what was submitted, secrets masked, for comparing runs; for a
+        ``short_cut`` (a cache hit), what the run it stands for submitted (the same app), marked
+        ``short_cut``, so its output roots are known downstream (a promotion, a sweep)."""
         from torchx_airflow.lineage.submitted import submitted_app
 
         run, hook = self.run, self.run.hook
-        cfg = hook.resolve_cfg(hook.scheduler, hook.cfg)
-        record = submitted_app(
-            run.app, hook.scheduler, cfg, run.trackers.secret_env_names(), run.output_roots
-        )
+        try:
+            cfg = hook.resolve_cfg(hook.scheduler, hook.cfg)
+            record = submitted_app(
+                run.app, hook.scheduler, cfg, run.trackers.secret_env_names(), run.output_roots
+            )
+        except Exception as e:
+            if not short_cut:
+                raise
+            run.log.warning("Not recording the app of the cached result: %s: %s", type(e).__name__, e)
+            return
         # the trackers as this try resolved them (templates rendered): TorchXPromoteOperator's default
         record["tracker_conn_ids"] = list(run.trackers.conn_ids)
+        if short_cut:
+            record["short_cut"] = True
         run.ti.xcom_push(key=XCOM_SUBMITTED_APP, value=record)
 
     def _refuse_if_killed(self, app_handle: str | None) -> None:

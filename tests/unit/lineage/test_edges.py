@@ -9,7 +9,7 @@ from airflow.sdk import DAG, BaseOperator, TaskGroup
 
 from torchx_airflow.apps import airflow_run_id
 from torchx_airflow.lineage.edges import _states_by_task, airflow_metadata, parent_runs
-from torchx_airflow.lineage.keys import XCOM_RUN_ID
+from torchx_airflow.lineage.keys import XCOM_LINEAGE_PARENTS, XCOM_RUN_ID
 
 RUN = "manual__1"
 
@@ -22,8 +22,11 @@ class Noop(BaseOperator):
 class FakeTI:
     """Answers get_task_states and xcom_pull like the Task SDK does, from fixed tables."""
 
-    def __init__(self, task, states: dict[str, str], run_ids: dict[tuple[str, int], str]) -> None:
+    def __init__(
+        self, task, states: dict[str, str], run_ids: dict[tuple[str, int], str], named: dict | None = None
+    ) -> None:
         self.task = task
+        self.named = named or {}  # task id -> its XCom XCOM_LINEAGE_PARENTS
         self.dag_id = task.dag_id
         self.run_id = RUN
         self.task_id = task.task_id
@@ -41,6 +44,9 @@ class FakeTI:
         }
 
     def xcom_pull(self, task_ids, key, map_indexes=None):
+        if key == XCOM_LINEAGE_PARENTS:
+            assert isinstance(task_ids, str) and map_indexes == -1
+            return self.named.get(task_ids)
         assert key == XCOM_RUN_ID
         (task_id,) = task_ids
         found = sorted((i, v) for (t, i), v in self.run_ids.items() if t == task_id)
@@ -187,3 +193,23 @@ def test_edges_are_named_by_the_parent_artifacts_the_app_names():
         (prepare, "data"),
         (prepare, "stats"),
     ]
+
+
+def test_an_untracked_task_that_names_each_map_indexs_parents_is_followed_for_that_index_only(dag):
+    """A sweep's plan names each segment's previous segment: that one is the parent, not every run
+    behind the plan; an index it names None for (a first rung) looks further up; a task that names
+    nothing for this task is passed through as before."""
+    train = dag.get_task("train")
+    named = {"args": {"train": [["local_cwd://t/seg-a"], None, []], "other": [["x"]]}}
+    states = {"args": "success", "prepare": "success"}
+    prepare_run = {("prepare", -1): "local_cwd://t/prepare-1"}
+    ti = FakeTI(train, states, prepare_run, named)
+    ti.map_index = 0
+    assert parent_runs({"ti": ti, "task": train}) == ["local_cwd://t/seg-a"]
+    ti.map_index = 1
+    assert parent_runs({"ti": ti, "task": train}) == ["local_cwd://t/prepare-1"]
+    ti.map_index = 2
+    assert parent_runs({"ti": ti, "task": train}) == []
+    ti.map_index = 0
+    ti.named = {"args": {"other": [["x"]]}}
+    assert parent_runs({"ti": ti, "task": train}) == ["local_cwd://t/prepare-1"]

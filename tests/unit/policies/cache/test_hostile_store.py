@@ -82,6 +82,21 @@ def test_an_untouched_record_still_hits(store):
     assert submitted == 0 and again["cache_hit"] is True and again["cached_from"] == HANDLE
 
 
+def test_a_hit_records_the_app_it_stands_for_so_its_output_roots_are_known_downstream(store):
+    """A promotion or a sweep downstream checks a cached result's artifacts against its task's output
+    roots (XCom ``torchx_app``): a hit records them, marked ``short_cut``."""
+    from torchx_airflow.lineage.keys import XCOM_SUBMITTED_APP
+
+    _, _, ti = _run(store)
+    submitted = ti.pushed[XCOM_SUBMITTED_APP]
+    assert "short_cut" not in submitted
+    again, _, hit_ti = _run(store)
+    assert again["cache_hit"] is True
+    recorded = hit_ti.pushed[XCOM_SUBMITTED_APP]
+    assert recorded["short_cut"] is True
+    assert recorded["output_roots"] == submitted["output_roots"] and recorded["roles"] == submitted["roles"]
+
+
 def test_a_forged_result_is_a_miss_with_one_warning_and_the_task_runs(store, capsys):
     first, _, _ = _run(store)
     key = first["cache_key"]
