@@ -73,9 +73,17 @@ ENVIRONMENT: tuple[tuple[str, str, str, str], ...] = (
     ),
     (
         "TORCHX_AIRFLOW_RESUME_FROM",
-        "the task, on a resubmitted job",
+        "the task, on a resubmitted job or a sweep's continuing segment",
         "the training script",
-        "the path of the ended attempt's `checkpoint` artifact ([Multi-node and preemption](multi-node.md))",
+        "the path of the ended attempt's `checkpoint` artifact ([Multi-node and preemption](multi-node.md)), "
+        "or of the trial's previous segment's ([Sweeps](sweeps.md))",
+    ),
+    (
+        "TORCHX_AIRFLOW_TRIAL",
+        "a sweep's segment",
+        "the training script",
+        "JSON of the trial: `id`, `index`, `params`, `budget`, `rung`, `previous_budget` "
+        "([Sweeps](sweeps.md))",
     ),
     (
         "TORCHX_AIRFLOW_ATTEMPT",

@@ -1,0 +1,105 @@
+"""A rung's plan: which trials it trains, from the results the segments' workers recorded (XCom),
+where each resumes from, and when the budget stops the sweep. Airflow's XCom is stood in for."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchx_airflow.lineage.keys import XCOM_LINEAGE_PARENTS, XCOM_SUBMITTED_APP
+from torchx_airflow.sweeps.tasks import XCOM_SWEEP, TorchXSweepPlanOperator
+
+TRIALS = [{"lr": lr} for lr in (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)]
+
+
+class FakeTI:
+    def __init__(self, xcoms: dict) -> None:
+        self.xcoms = xcoms  # (task id, key, map index) -> value
+        self.pushed: dict = {}
+
+    def xcom_pull(self, task_ids, key="return_value", map_indexes=None):
+        if isinstance(map_indexes, list):
+            return [self.xcoms.get((task_ids, key, i)) for i in map_indexes]
+        return self.xcoms.get((task_ids, key, -1))
+
+    def xcom_push(self, key, value):
+        self.pushed[key] = value
+
+
+def _plan(rung: int, **kwargs) -> TorchXSweepPlanOperator:
+    return TorchXSweepPlanOperator(
+        task_id=f"plan_{rung}",
+        rung=rung,
+        budgets=[1, 3, 9],
+        trials=TRIALS,
+        objective="loss",
+        mode="min",
+        reduction_factor=3,
+        segment_task_ids=["s.rung_0", "s.rung_1", "s.rung_2"],
+        plan_task_ids=["s.plan_0", "s.plan_1", "s.plan_2"],
+        **kwargs,
+    )
+
+
+def _rung0(losses, out="/out", cost=None, roots=None) -> dict:
+    first = _plan(0).execute({"ti": (ti := FakeTI({}))})
+    xcoms = {("s.plan_0", "return_value", -1): first, ("s.plan_0", XCOM_SWEEP, -1): ti.pushed[XCOM_SWEEP]}
+    for i, loss in enumerate(losses):
+        trial = first[i]["trial"]
+        result = {
+            "app_handle": f"local_cwd://torchx/seg-{i}",
+            "state": "SUCCEEDED" if loss is not None else "FAILED",
+            "metrics": {"loss": loss} if loss is not None else {},
+            "artifacts": {"checkpoint": {"path": f"{out}/{trial['id']}/ckpt.pt"}},
+        }
+        if cost is not None:
+            result["cost"] = {"actual": {"total": cost}}
+        xcoms[("s.rung_0", "return_value", i)] = result
+        xcoms[("s.rung_0", XCOM_SUBMITTED_APP, i)] = {"output_roots": roots or [f"/out/{trial['id']}"]}
+    return xcoms
+
+
+def test_the_first_rung_trains_every_trial_and_passes_lineage_on():
+    ti = FakeTI({})
+    segments = _plan(0).execute({"ti": ti})
+    assert [s["trial"]["id"] for s in segments] == ["t0", "t1", "t2", "t3", "t4", "t5"]
+    assert all(s["trial"]["budget"] == 1 and s["trial"]["resume_from"] is None for s in segments)
+    assert ti.pushed[XCOM_LINEAGE_PARENTS] == {"s.rung_0": [None] * 6}
+
+
+def test_the_next_rung_keeps_the_best_third_by_what_the_workers_recorded_and_resumes_each():
+    ti = FakeTI(_rung0([0.5, 0.2, None, 0.2, 0.9, 0.3]))  # t2 failed; t1 and t3 tie
+    segments = _plan(1).execute({"ti": ti})
+    assert [s["trial"]["id"] for s in segments] == ["t1", "t3"]
+    first = segments[0]["trial"]
+    assert first["budget"] == 3 and first["previous_budget"] == 1 and first["params"] == {"lr": 0.03}
+    assert first["resume_from"] == "/out/t1/ckpt.pt"
+    assert ti.pushed[XCOM_LINEAGE_PARENTS] == {
+        "s.rung_1": [["local_cwd://torchx/seg-1"], ["local_cwd://torchx/seg-3"]]
+    }
+
+
+def test_a_checkpoint_outside_its_segments_output_roots_is_not_resumed_from():
+    ti = FakeTI(_rung0([0.5, 0.2, 0.4, 0.1, 0.9, 0.3], out="/elsewhere"))
+    segments = _plan(1).execute({"ti": ti})
+    assert [s["trial"]["resume_from"] for s in segments] == [None, None]
+    assert all(s["trial"]["previous_budget"] == 0 for s in segments)
+
+
+def test_a_rung_that_would_pass_max_cost_trains_nothing_and_the_next_plans_nothing():
+    xcoms = _rung0([0.5, 0.2, 0.4, 0.1, 0.9, 0.3], cost=1.0)  # 6 spent; 2 trials x 3 units x 1.0 more
+    ti = FakeTI(xcoms)
+    assert _plan(1, max_cost=11.9).execute({"ti": ti}) == []
+    assert "past max_cost=11.9" in ti.pushed[XCOM_SWEEP]["stopped"]
+    ti2 = FakeTI({("s.plan_1", "return_value", -1): [], ("s.plan_1", XCOM_SWEEP, -1): ti.pushed[XCOM_SWEEP]})
+    assert _plan(2, max_cost=11.9).execute({"ti": ti2}) == []
+    ti3 = FakeTI(xcoms)
+    assert len(_plan(1, max_cost=12.0).execute({"ti": ti3})) == 2
+    assert ti3.pushed[XCOM_SWEEP] == {"spent": 6.0}
+
+
+@pytest.mark.parametrize(("mode", "kept"), [("min", ["t1", "t3"]), ("max", ["t0", "t4"])])
+def test_the_mode_decides_which_end_is_best(mode, kept):
+    plan = _plan(1)
+    plan.mode = mode
+    segments = plan.execute({"ti": FakeTI(_rung0([0.5, 0.2, 0.4, 0.1, 0.9, 0.3]))})
+    assert [s["trial"]["id"] for s in segments] == kept
