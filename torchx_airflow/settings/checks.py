@@ -8,7 +8,6 @@ value and the fix. None (unset) stays None: the next level of the resolver decid
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -16,6 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from torchx_airflow.exceptions import TorchXConfigError
+from torchx_airflow.settings.extras import split_list
 
 #: Defaults of the settings the checks below mention in their messages (``settings.options`` has all).
 DEFAULT_OUTAGE_TIMEOUT = 600.0
@@ -134,16 +134,8 @@ def check_output_roots(value: Any, where: str) -> tuple[str, ...] | None:
     """
     if value is None or (isinstance(value, str | list | tuple) and not value):
         return None
-    if isinstance(value, str) and value.lstrip().startswith("["):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as e:
-            raise TorchXConfigError(
-                f"{where}: output_roots is not a valid JSON list ({e}): {value!r}. Write it as e.g. "
-                '["/shared/runs", "s3://ml/models"], or as one comma-separated string.'
-            ) from e
-    elif isinstance(value, str):
-        value = [part for part in (p.strip() for p in value.split(",")) if part]
+    example = '["/shared/runs", "s3://ml/models"], or as one comma-separated string'
+    value = split_list(value, f"{where}: output_roots", example, TorchXConfigError)
     if not isinstance(value, list | tuple):
         raise TorchXConfigError(
             f"{where}: output_roots must be a list of directories or URL prefixes, got {value!r}. Write it "

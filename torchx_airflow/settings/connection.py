@@ -31,7 +31,6 @@ Also the parsers other connection types share: a JSON-object extra, the list of 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,7 +39,7 @@ from torchx_airflow.exceptions import TorchXConnectionError
 from torchx_airflow.schedulers.env import parse_env_passthrough
 from torchx_airflow.settings import checks
 from torchx_airflow.settings.conn_fields import validate_extra
-from torchx_airflow.settings.extras import parse_bool, parse_json_object
+from torchx_airflow.settings.extras import parse_bool, parse_json_object, split_list
 from torchx_airflow.settings.kubernetes_fields import CFG_FIELDS, parse_kubernetes_fields
 from torchx_airflow.settings.prices import PriceTable
 
@@ -168,16 +167,7 @@ _APPROVERS_EXAMPLE = '["alice", "bob"] or [{"id": "7", "name": "alice"}]'
 def _parse_approvers(conn_id: str, value: Any) -> tuple[dict[str, str], ...]:
     """``cost_approvers``: Airflow users as ``{"id", "name"}`` (a plain string is both), from a JSON
     list or a comma-separated string."""
-    if isinstance(value, str) and value.lstrip().startswith("["):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as e:
-            raise TorchXConnectionError(
-                f"Connection {conn_id!r}: extra 'cost_approvers' is not a valid JSON list ({e}): {value!r}. "
-                f"Write it as e.g. {_APPROVERS_EXAMPLE}."
-            ) from e
-    elif isinstance(value, str):
-        value = [v.strip() for v in value.split(",") if v.strip()]
+    value = split_list(value, f"Connection {conn_id!r}: extra 'cost_approvers'", _APPROVERS_EXAMPLE)
     approvers = []
     for entry in value or []:
         if isinstance(entry, str) and entry.strip():
@@ -198,16 +188,7 @@ def _parse_trackers(conn_id: str, value: Any) -> tuple[str, ...]:
     """The ``trackers`` extra: a JSON list of connection ids, or one comma-separated string."""
     if value is None:
         return ()
-    if isinstance(value, str) and value.lstrip().startswith("["):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as e:
-            raise TorchXConnectionError(
-                f"Connection {conn_id!r}: extra 'trackers' is not a valid JSON list ({e}): {value!r}. "
-                f"Write it as e.g. {_TRACKERS_EXAMPLE}."
-            ) from e
-    elif isinstance(value, str):
-        value = value.split(",")
+    value = split_list(value, f"Connection {conn_id!r}: extra 'trackers'", _TRACKERS_EXAMPLE)
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise TorchXConnectionError(
             f"Connection {conn_id!r}: extra 'trackers' must be a list of connection ids, got {value!r}. "

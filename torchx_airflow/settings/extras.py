@@ -1,5 +1,5 @@
-"""Parsing connection extras: a JSON-object extra and a boolean extra (``settings.conn_fields`` checks
-every extra against its form schema first, unknown keys included)."""
+"""Parsing connection extras and options: a JSON-object extra, a boolean extra, a list setting
+(``settings.conn_fields`` checks every extra against its form schema first, unknown keys included)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,22 @@ import json
 from typing import Any
 
 from torchx_airflow.exceptions import TorchXConnectionError
+
+
+def split_list(value: Any, what: str, example: str, error: type[Exception] = TorchXConnectionError) -> Any:
+    """A list setting as written: a JSON list's text parsed, a comma-separated string split (parts
+    stripped, empty ones dropped); any other value as it is, for the caller to check. ``what`` names
+    the setting in the error (``Connection 'c': extra 'trackers'``), ``example`` shows the fix."""
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as e:
+            raise error(
+                f"{what} is not a valid JSON list ({e}): {value!r}. Write it as e.g. {example}."
+            ) from e
+    if isinstance(value, str):
+        return [part for part in (p.strip() for p in value.split(",")) if part]
+    return value
 
 
 def parse_bool(conn_id: str, key: str, value: Any) -> bool:

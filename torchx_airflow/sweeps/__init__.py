@@ -106,7 +106,7 @@ def torchx_sweep(
     plan_ids = [f"{sweep_id}.plan_{k}" for k in range(len(budgets))]
     segment_ids = [f"{sweep_id}.rung_{k}" for k in range(len(budgets))]
     with TaskGroup(group_id=sweep_id, tooltip=f"{len(trials)} trials, rungs at {budgets}") as group:
-        upstream = None
+        upstream: Any = None  # the rung before: a sweep has at least one
         for k, budget in enumerate(budgets):
             plan = TorchXSweepPlanOperator(
                 task_id=f"plan_{k}",
@@ -129,7 +129,6 @@ def torchx_sweep(
                 upstream >> plan
             plan >> rung
             upstream = rung
-        assert upstream is not None  # a sweep has at least one rung
         if promote_to is not None:
             promote = TorchXSweepPromoteOperator(
                 task_id="promote",
