@@ -55,6 +55,13 @@ class SweepTrial(RunPolicy):
                 role.env[RESUME_FROM_ENV] = str(trial["resume_from"])
         return app
 
+    def finished(
+        self, run: TaskRun, *, app_handle: str, result: dict[str, Any], **kwargs: Any
+    ) -> dict[str, Any]:
+        from torchx_airflow.sweeps.tasks import RESULT_TRIAL
+
+        return {**result, RESULT_TRIAL: {k: self.trial.get(k) for k in TRIAL_FIELDS}}
+
 
 class TorchXSweepSegmentOperator(TorchXOperator):
     """A ``TorchXOperator`` that runs one segment of a sweep's trial (``trial``: the plan's record)."""

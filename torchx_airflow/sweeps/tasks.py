@@ -8,20 +8,24 @@ mapped ``TorchXSweepSegmentOperator``), each continuing its trial's previous seg
 ``checkpoint`` artifact, when the worker recorded one under that segment's output roots, is the new
 segment's ``TORCHX_AIRFLOW_RESUME_FROM``, and that segment is its one lineage parent.
 
-With ``max_cost``, a plan prices its rung from the costs the segments before recorded (cost per unit
-of budget, the most a segment of its trial paid) and returns no segment when the sweep's spending
-would pass it: the rungs after train nothing, and the best trial so far is promoted.
+With ``max_cost``, a plan prices its rung from what training the segments before it cost (their
+worker's record; a cache hit's, the run it was cached from) per unit of budget, for each trial as if it
+started over, and returns no segment when what the sweep spent plus that estimate would pass it, or
+when nothing could be priced: the rungs after train nothing, and the best trial so far is promoted.
+What a failed segment spent is not in its task's result, so it is not counted.
 """
 
 from __future__ import annotations
 
 import math
+import posixpath
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from torchx_airflow.lineage.keys import XCOM_LINEAGE_PARENTS, XCOM_SUBMITTED_APP
+from torchx_airflow.exceptions import TorchXError
+from torchx_airflow.lineage.keys import XCOM_LINEAGE_PARENTS, XCOM_RUN_ID, XCOM_SUBMITTED_APP
 from torchx_airflow.operators.promote import TorchXPromoteOperator
 from torchx_airflow.sweeps.halving import choose, survivors
 
@@ -32,15 +36,39 @@ if TYPE_CHECKING:
 XCOM_SWEEP = "torchx_sweep"
 
 
+#: the field of a segment's result that holds its own trial
+RESULT_TRIAL = "sweep_trial"
+
+
+class TorchXSweepError(TorchXError):
+    """A sweep cannot go on (a plan before this one left nothing to choose from)."""
+
+
+def _aligned(values: Any, indexes: Sequence[int]) -> list[Any]:
+    """XCom values pulled for ``indexes``, one per index (None where none was pushed)."""
+    values = list(values) if isinstance(values, list | tuple) else []
+    return [*values[: len(indexes)], *[None] * (len(indexes) - len(values))]
+
+
+def _own_trial(result: Any, planned: Mapping[str, Any], count: int) -> Mapping[str, Any]:
+    """The trial a segment's result says it trained, else the one its plan gave it."""
+    own = result.get(RESULT_TRIAL) if isinstance(result, Mapping) else None
+    if not isinstance(own, Mapping):
+        return planned
+    index = own.get("index")
+    if isinstance(index, int) and 0 <= index < count and _number(own.get("budget")) is not None:
+        return own
+    return planned
+
+
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return None
     return float(value)
 
 
-def cost_total(result: Any) -> float | None:
-    """What a segment's worker recorded it cost (the actual cost, else the estimate); None without."""
-    cost = result.get("cost") if isinstance(result, Mapping) else None
+def _total(cost: Any) -> float | None:
+    """The total of a ``cost`` field: the actual cost, else the estimate; None without."""
     if not isinstance(cost, Mapping):
         return None
     for figure in (cost.get("actual"), cost.get("estimate")):
@@ -48,6 +76,24 @@ def cost_total(result: Any) -> float | None:
         if total is not None:
             return total
     return None
+
+
+def cost_spent(result: Any) -> float:
+    """What a segment's worker recorded it spent: its cost's total (0 for a cache hit, 0 without)."""
+    cost = result.get("cost") if isinstance(result, Mapping) else None
+    total = _total(cost) if isinstance(cost, Mapping) else _number(cost)
+    return total or 0.0
+
+
+def cost_of_training(result: Any) -> float | None:
+    """What training the segment cost, spent now or (a cache hit) by the run it was cached from;
+    None when its worker recorded no cost."""
+    if not isinstance(result, Mapping):
+        return None
+    cached = result.get("cached_usage")
+    if result.get("cache_hit") and isinstance(cached, Mapping):
+        return _total(cached.get("cost"))
+    return _total(result.get("cost"))
 
 
 class TorchXSweepPlanOperator(BaseOperator):
@@ -87,8 +133,14 @@ class TorchXSweepPlanOperator(BaseOperator):
             segments = [self._segment(i, budget, 0, None, None) for i in range(len(self.trials))]
             self.log.info("Rung 0 trains %d trials to %s", len(segments), budget)
             return self._publish(ti, segments, {"spent": 0.0})
-        state = ti.xcom_pull(task_ids=self.plan_task_ids[self.rung - 1], key=XCOM_SWEEP) or {}
-        before = ti.xcom_pull(task_ids=self.plan_task_ids[self.rung - 1]) or []
+        before_plan = self.plan_task_ids[self.rung - 1]
+        state = ti.xcom_pull(task_ids=before_plan, key=XCOM_SWEEP)
+        if not isinstance(state, Mapping):
+            raise TorchXSweepError(
+                f"Task {self.task_id!r}: {before_plan!r} left no plan (it failed or was cleared), so rung "
+                f"{self.rung} cannot be chosen. Clear {before_plan!r} and the tasks after it to go on."
+            )
+        before = ti.xcom_pull(task_ids=before_plan) or []
         if state.get("stopped") or not before:
             self.log.info(
                 "Rung %d trains nothing: %s", self.rung, state.get("stopped") or "no trial reached it"
@@ -96,13 +148,15 @@ class TorchXSweepPlanOperator(BaseOperator):
             return self._publish(ti, [], state)
         previous = self.segment_task_ids[self.rung - 1]
         indexes = list(range(len(before)))
-        results = ti.xcom_pull(task_ids=previous, map_indexes=indexes) or [None] * len(before)
-        submitted = ti.xcom_pull(task_ids=previous, map_indexes=indexes, key=XCOM_SUBMITTED_APP) or [
-            None
-        ] * len(before)
-        trials = [segment["trial"] for segment in before]
+        results = _aligned(ti.xcom_pull(task_ids=previous, map_indexes=indexes), indexes)
+        submitted = _aligned(
+            ti.xcom_pull(task_ids=previous, map_indexes=indexes, key=XCOM_SUBMITTED_APP), indexes
+        )
+        run_ids = _aligned(ti.xcom_pull(task_ids=previous, map_indexes=indexes, key=XCOM_RUN_ID), indexes)
+        # each segment's own record of its trial (a plan cleared and changed since cannot misplace it)
+        trials = [_own_trial(results[i], before[i]["trial"], len(self.trials)) for i in indexes]
         recorded = [self._value(result) for result in results]
-        spent = float(state.get("spent") or 0.0) + sum(cost_total(r) or 0.0 for r in results)
+        spent = float(state.get("spent") or 0.0) + sum(cost_spent(r) for r in results)
         keep = survivors(len(trials), self.reduction_factor)
         chosen = sorted(choose([(i, v) for i, v in enumerate(recorded)], keep, self.mode))
         for i, trial in enumerate(trials):
@@ -114,22 +168,29 @@ class TorchXSweepPlanOperator(BaseOperator):
                 recorded[i],
                 " (continues)" if i in chosen else "",
             )
-        estimate = self._estimate([(trials[i], results[i]) for i in chosen], budget)
-        if self.max_cost is not None and estimate is not None and spent + estimate > self.max_cost:
-            why = (
-                f"rung {self.rung} ({len(chosen)} trials to {budget}) would cost about {estimate:.4f} more, "
-                f"past max_cost={self.max_cost:g} with {spent:.4f} spent: the sweep stops and promotes "
-                "the best trial so far"
-            )
-            self.log.warning("Sweep stops: %s", why)
-            return self._publish(ti, [], {"spent": spent, "stopped": why})
+        if self.max_cost is not None:
+            estimate, unpriced = self._estimate(trials, results, chosen, budget)
+            why = None
+            if unpriced:
+                why = (
+                    f"rung {self.rung} cannot be priced: no segment of rung {self.rung - 1} recorded a cost "
+                    "(give the torchx connection a price table: docs, Usage and cost)"
+                )
+            elif spent + estimate > self.max_cost:
+                why = (
+                    f"rung {self.rung} ({len(chosen)} trials to {budget}) would cost about {estimate:.4f} "
+                    f"more, past max_cost={self.max_cost:g} with {spent:.4f} spent"
+                )
+            if why is not None:
+                self.log.warning("Sweep stops: %s: the best trial so far is promoted", why)
+                return self._publish(ti, [], {"spent": spent, "stopped": why})
         segments = [
             self._segment(
-                trials[i]["index"],
+                int(trials[i]["index"]),
                 budget,
                 self.rung,
                 self._checkpoint(results[i], submitted[i]),
-                results[i].get("app_handle") if isinstance(results[i], Mapping) else None,
+                run_ids[i] if isinstance(run_ids[i], str) and run_ids[i] else None,
             )
             for i in chosen
         ]
@@ -182,6 +243,8 @@ class TorchXSweepPlanOperator(BaseOperator):
             return None
         roots = submitted.get("output_roots") if isinstance(submitted, Mapping) else None
         path = strip_userinfo(path)
+        if path.startswith("/"):
+            path = posixpath.normpath(path)  # handed on as checked: no ".." left in it
         if not isinstance(roots, list) or not any(
             isinstance(r, str) and r and is_under(path, r) for r in roots
         ):
@@ -194,19 +257,26 @@ class TorchXSweepPlanOperator(BaseOperator):
             return None
         return path
 
-    def _estimate(self, chosen: Sequence[tuple[Mapping[str, Any], Any]], budget: float) -> float | None:
-        """The rung's cost from what its trials' last segments cost per unit of budget trained; None
-        when they recorded no cost."""
-        total, priced = 0.0, False
-        for trial, result in chosen:
-            cost = cost_total(result)
-            if cost is None:
-                continue
-            trained = trial["budget"] - (trial.get("previous_budget") or 0)
-            per_unit = cost / trained if trained > 0 else cost
-            total += per_unit * budget  # as if it started over: never under the cost
-            priced = True
-        return total if priced else None
+    def _estimate(
+        self,
+        trials: Sequence[Mapping[str, Any]],
+        results: Sequence[Any],
+        chosen: Sequence[int],
+        budget: float,
+    ) -> tuple[float, bool]:
+        """The rung's cost: per chosen trial, what its last segment's training cost per unit of budget
+        (a trial whose segment recorded none: the dearest unit of the rung), times the new budget as if
+        it started over (never under); and whether nothing could be priced."""
+        units: dict[int, float] = {}
+        for i, (trial, result) in enumerate(zip(trials, results, strict=True)):
+            cost = cost_of_training(result)
+            trained = float(trial["budget"]) - float(trial.get("previous_budget") or 0)
+            if cost is not None:
+                units[i] = cost / trained if trained > 0 else cost
+        if not units:
+            return 0.0, True
+        dearest = max(units.values())
+        return sum(units.get(i, dearest) * float(budget) for i in chosen), False
 
 
 class TorchXSweepPromoteOperator(TorchXPromoteOperator):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from torchx_airflow.lineage.keys import XCOM_LINEAGE_PARENTS, XCOM_SUBMITTED_APP
-from torchx_airflow.sweeps.tasks import XCOM_SWEEP, TorchXSweepPlanOperator
+from torchx_airflow.lineage.keys import XCOM_LINEAGE_PARENTS, XCOM_RUN_ID, XCOM_SUBMITTED_APP
+from torchx_airflow.sweeps.tasks import RESULT_TRIAL, XCOM_SWEEP, TorchXSweepError, TorchXSweepPlanOperator
 
 TRIALS = [{"lr": lr} for lr in (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)]
 
@@ -40,7 +40,7 @@ def _plan(rung: int, **kwargs) -> TorchXSweepPlanOperator:
     )
 
 
-def _rung0(losses, out="/out", cost=None, roots=None) -> dict:
+def _rung0(losses, out="/out", cost=None, roots=None, hits=False) -> dict:
     first = _plan(0).execute({"ti": (ti := FakeTI({}))})
     xcoms = {("s.plan_0", "return_value", -1): first, ("s.plan_0", XCOM_SWEEP, -1): ti.pushed[XCOM_SWEEP]}
     for i, loss in enumerate(losses):
@@ -51,9 +51,12 @@ def _rung0(losses, out="/out", cost=None, roots=None) -> dict:
             "metrics": {"loss": loss} if loss is not None else {},
             "artifacts": {"checkpoint": {"path": f"{out}/{trial['id']}/ckpt.pt"}},
         }
-        if cost is not None:
+        if cost is not None and hits:  # a cache hit spent nothing; its run's cost is referenced
+            result.update(cache_hit=True, cost=0.0, cached_usage={"cost": {"actual": {"total": cost}}})
+        elif cost is not None:
             result["cost"] = {"actual": {"total": cost}}
         xcoms[("s.rung_0", "return_value", i)] = result
+        xcoms[("s.rung_0", XCOM_RUN_ID, i)] = f"run-{i}"
         xcoms[("s.rung_0", XCOM_SUBMITTED_APP, i)] = {"output_roots": roots or [f"/out/{trial['id']}"]}
     return xcoms
 
@@ -73,9 +76,7 @@ def test_the_next_rung_keeps_the_best_third_by_what_the_workers_recorded_and_res
     first = segments[0]["trial"]
     assert first["budget"] == 3 and first["previous_budget"] == 1 and first["params"] == {"lr": 0.03}
     assert first["resume_from"] == "/out/t1/ckpt.pt"
-    assert ti.pushed[XCOM_LINEAGE_PARENTS] == {
-        "s.rung_1": [["local_cwd://torchx/seg-1"], ["local_cwd://torchx/seg-3"]]
-    }
+    assert ti.pushed[XCOM_LINEAGE_PARENTS] == {"s.rung_1": [["run-1"], ["run-3"]]}  # the runs they pushed
 
 
 def test_a_checkpoint_outside_its_segments_output_roots_is_not_resumed_from():
@@ -103,3 +104,49 @@ def test_the_mode_decides_which_end_is_best(mode, kept):
     plan.mode = mode
     segments = plan.execute({"ti": FakeTI(_rung0([0.5, 0.2, 0.4, 0.1, 0.9, 0.3]))})
     assert [s["trial"]["id"] for s in segments] == kept
+
+
+def test_a_sweep_already_past_its_budget_stops_even_when_a_chosen_trial_recorded_no_cost():
+    xcoms = _rung0([0.5, 0.2, 0.4, 0.1, 0.9, 0.3], cost=100.0)
+    for chosen in (1, 3):  # the two trials that go on recorded no cost
+        del xcoms[("s.rung_0", "return_value", chosen)]["cost"]
+    ti = FakeTI(xcoms)
+    assert _plan(1, max_cost=10).execute({"ti": ti}) == []
+    assert "past max_cost=10" in ti.pushed[XCOM_SWEEP]["stopped"]
+
+
+def test_nothing_priced_stops_a_sweep_with_a_budget_naming_the_price_table():
+    ti = FakeTI(_rung0([0.5, 0.2, 0.4, 0.1, 0.9, 0.3]))
+    assert _plan(1, max_cost=10).execute({"ti": ti}) == []
+    assert "price table" in ti.pushed[XCOM_SWEEP]["stopped"]
+
+
+def test_cache_hits_spend_nothing_and_are_priced_from_the_run_they_were_cached_from():
+    ti = FakeTI(_rung0([0.5, 0.2, 0.4, 0.1, 0.9, 0.3], cost=1.0, hits=True))
+    assert len(_plan(1, max_cost=6.0).execute({"ti": ti})) == 2  # 0 spent + 2 x 3 x 1.0
+    assert ti.pushed[XCOM_SWEEP] == {"spent": 0.0}
+    ti = FakeTI(_rung0([0.5, 0.2, 0.4, 0.1, 0.9, 0.3], cost=1.0, hits=True))
+    assert _plan(1, max_cost=5.9).execute({"ti": ti}) == []
+
+
+def test_a_plan_after_one_that_left_nothing_fails_rather_than_end_the_sweep():
+    with pytest.raises(TorchXSweepError, match="'s.plan_0' left no plan"):
+        _plan(1).execute({"ti": FakeTI({})})
+
+
+def test_a_segment_s_own_record_of_its_trial_wins_over_a_plan_changed_since():
+    xcoms = _rung0([0.5, 0.2, 0.4, 0.1, 0.9, 0.3])
+    for i in range(6):
+        planned = xcoms[("s.plan_0", "return_value", -1)][i]["trial"]
+        xcoms[("s.rung_0", "return_value", i)][RESULT_TRIAL] = dict(planned)
+    xcoms[("s.plan_0", "return_value", -1)] = list(reversed(xcoms[("s.plan_0", "return_value", -1)]))
+    segments = _plan(1).execute({"ti": FakeTI(xcoms)})
+    assert [s["trial"]["id"] for s in segments] == ["t1", "t3"]
+
+
+def test_a_checkpoint_path_is_handed_on_as_checked_without_dot_dot():
+    xcoms = _rung0([0.5, 0.2, 0.4, 0.1, 0.9, 0.3])
+    xcoms[("s.rung_0", "return_value", 1)]["artifacts"]["checkpoint"]["path"] = "/out/t1/x/../ckpt.pt"
+    xcoms[("s.rung_0", "return_value", 3)]["artifacts"]["checkpoint"]["path"] = "/out/t3/../t0/ckpt.pt"
+    segments = _plan(1).execute({"ti": FakeTI(xcoms)})
+    assert [s["trial"]["resume_from"] for s in segments] == ["/out/t1/ckpt.pt", None]
