@@ -87,8 +87,8 @@ with _dag("resubmit_user_failure"):
         retries=0,
     )
 
-# A resubmitted job resumes only from a checkpoint under the task's checkpoint_root (here the default:
-# the output root ``out``): the job records its checkpoint there (``where: inside``) or in a directory
+# A resubmitted job resumes only from a checkpoint under the task's output roots (here the directory
+# its ``out`` argument names): the job records its checkpoint there (``where: inside``) or in a directory
 # no argument names (``where: outside``), and reports what its next attempt was given.
 with _dag("resubmit_checkpoint_where"):
     TorchXOperator(

@@ -13,7 +13,7 @@ training (dags/jobs/train.py: a checkpoint every epoch) runs through ``TorchXOpe
 - a preempted job whose resubmission would bring the try's attempts together over ``max_cost`` is
   not resubmitted: the task fails with one job, naming what the first attempt spent.
 - two jobs preempted together, each with a ``checkpoint`` artifact (tests/jobs/checkpoint_where_job.py):
-  the one under the task's ``checkpoint_root`` (its output root) is handed to the next attempt, the
+  the one under the task's output roots (here its ``out`` argument) is handed to the next attempt, the
   one elsewhere (a file no argument names, as any job tracking to the store could record) is not:
   that attempt starts with no ``TORCHX_AIRFLOW_RESUME_FROM``, and the log says why.
 
@@ -242,9 +242,9 @@ def test_a_resubmission_that_would_bring_the_attempts_over_max_cost_is_not_submi
     assert "Submitted TorchX app" in log and log.count("Submitted TorchX app") == 1
 
 
-def test_only_a_checkpoint_under_the_checkpoint_root_is_handed_to_the_next_attempt(stack, cluster, tmp_path):
+def test_only_a_checkpoint_under_the_output_roots_is_handed_to_the_next_attempt(stack, cluster, tmp_path):
     """One DAG, two runs preempted together by one urgent job: the job that recorded its checkpoint in
-    its output root (the task's default checkpoint_root) resumes from it; the one whose artifact names a
+    its output root (the directory its ``out`` argument names) resumes from it; the one whose artifact names a
     file beside it, which no argument names, starts fresh. Each attempt wrote what it was given."""
     dag_id, started = "resubmit_checkpoint_where", time.monotonic()
     since = since_now(cluster)
@@ -285,10 +285,10 @@ def test_only_a_checkpoint_under_the_checkpoint_root_is_handed_to_the_next_attem
         assert f"attempt 2: TORCHX_AIRFLOW_RESUME_FROM={handed_on[where]!r}" in log
     log = stack.log(dag_id, runs["outside"], "run", 1)
     refused = next(
-        (line for line in log.splitlines() if "not under the task's checkpoint_root" in line), log[-3000:]
+        (line for line in log.splitlines() if "not under the task's output roots" in line), log[-3000:]
     )
     assert repr(paths["outside"]) in refused and str(outs["outside"]) in refused, refused
-    assert "from the start: its 'checkpoint' artifact is outside checkpoint_root" in log
+    assert "from the start: its 'checkpoint' artifact is outside the task's output roots" in log
     assert "resuming from" not in log
     assert f"resuming from {paths['inside']}" in stack.log(dag_id, runs["inside"], "run", 1)
     states = sorted(r["state"].split()[0] for r in jobs(cluster, JOB_OF_USER_FAILURE, since))
