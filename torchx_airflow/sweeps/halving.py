@@ -26,6 +26,13 @@ RESERVED = frozenset({"id", "index", "params", "budget", "rung", "previous_budge
 MAX_TRIALS = 100_000
 
 
+def finite(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number (not a boolean); None otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
 def expand_space(search_space: Mapping[str, Sequence[Any]], where: str) -> list[dict[str, Any]]:
     """Every combination of the search space, the first parameter varying slowest, in the order given."""
     if not isinstance(search_space, Mapping) or not search_space:
@@ -101,8 +108,6 @@ def choose(values: Sequence[tuple[int, Any]], keep: int, mode: str) -> list[int]
     ties go to the earliest trial. One sort (faster than a bounded heap at a third kept: make bench)."""
     sign = 1.0 if mode == "min" else -1.0
     ranked = sorted(
-        (sign * float(value), index)
-        for index, value in values
-        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        (sign * number, index) for index, value in values if (number := finite(value)) is not None
     )
     return [index for _, index in ranked[:keep]]

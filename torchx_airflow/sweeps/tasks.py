@@ -17,7 +17,6 @@ What a failed segment spent is not in its task's result, so it is not counted.
 
 from __future__ import annotations
 
-import math
 import posixpath
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -27,7 +26,8 @@ from airflow.sdk import BaseOperator
 from torchx_airflow.exceptions import TorchXError
 from torchx_airflow.lineage.keys import XCOM_LINEAGE_PARENTS, XCOM_RUN_ID, XCOM_SUBMITTED_APP
 from torchx_airflow.operators.promote import TorchXPromoteOperator
-from torchx_airflow.sweeps.halving import choose, survivors
+from torchx_airflow.policies.cost.usage import cost_total
+from torchx_airflow.sweeps.halving import choose, finite, survivors
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -56,32 +56,15 @@ def _own_trial(result: Any, planned: Mapping[str, Any], count: int) -> Mapping[s
     if not isinstance(own, Mapping):
         return planned
     index = own.get("index")
-    if isinstance(index, int) and 0 <= index < count and _number(own.get("budget")) is not None:
+    if isinstance(index, int) and 0 <= index < count and finite(own.get("budget")) is not None:
         return own
     return planned
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
-def _total(cost: Any) -> float | None:
-    """The total of a ``cost`` field: the actual cost, else the estimate; None without."""
-    if not isinstance(cost, Mapping):
-        return None
-    for figure in (cost.get("actual"), cost.get("estimate")):
-        total = _number(figure.get("total")) if isinstance(figure, Mapping) else None
-        if total is not None:
-            return total
-    return None
 
 
 def cost_spent(result: Any) -> float:
     """What a segment's worker recorded it spent: its cost's total (0 for a cache hit, 0 without)."""
     cost = result.get("cost") if isinstance(result, Mapping) else None
-    total = _total(cost) if isinstance(cost, Mapping) else _number(cost)
+    total = cost_total(cost) if isinstance(cost, Mapping) else finite(cost)
     return total or 0.0
 
 
@@ -92,8 +75,8 @@ def cost_of_training(result: Any) -> float | None:
         return None
     cached = result.get("cached_usage")
     if result.get("cache_hit") and isinstance(cached, Mapping):
-        return _total(cached.get("cost"))
-    return _total(result.get("cost"))
+        return cost_total(cached.get("cost"))
+    return cost_total(result.get("cost"))
 
 
 class TorchXSweepPlanOperator(BaseOperator):

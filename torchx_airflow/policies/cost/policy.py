@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.exceptions import TorchXCostLimitError
-from torchx_airflow.policies.cost.usage import RunAccounting, describe_usage, record_usage
+from torchx_airflow.policies.cost.usage import RunAccounting, cost_total, describe_usage, record_usage
 from torchx_airflow.run.execution import NEW, REATTACHED, RESUBMITTED
 from torchx_airflow.run.points import RunPolicy
 
@@ -48,7 +48,9 @@ class CostPolicy(RunPolicy):
         spent = 0.0
         if run.submission == RESUBMITTED:
             self._read_unseen_ends(run)
-            spent = sum(_cost_total(a.get("cost")) for a in run.attempts.load()) if self.max_cost else 0.0
+            spent = (
+                sum(cost_total(a.get("cost")) or 0.0 for a in run.attempts.load()) if self.max_cost else 0.0
+            )
         try:
             self._accounting(run).check_estimate(app, run.context, spent)
         except TorchXCostLimitError as over:
@@ -123,14 +125,3 @@ class CostPolicy(RunPolicy):
             usage, _ = self._accounting(run).at_end(app_handle, run.app, state, False, run.context)
             result["usage"] = usage
         return result
-
-
-def _cost_total(cost: Any) -> float:
-    """The total of an attempt's ``cost`` field: the actual one, else the estimate's; 0 without."""
-    if not isinstance(cost, dict):
-        return 0.0
-    for figure in (cost.get("actual"), cost.get("estimate")):
-        total = figure.get("total") if isinstance(figure, dict) else None
-        if isinstance(total, int | float) and not isinstance(total, bool):
-            return float(total)
-    return 0.0

@@ -22,6 +22,7 @@ The usage and cost go into the task's result (``usage``, ``cost``), the tracker 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -158,6 +159,18 @@ def describe_usage(usage: Mapping[str, Any], cost: Mapping[str, Any] | None = No
     if isinstance(actual, Mapping):
         parts.append(f"cost {format_amount(actual['total'])} {actual['currency']}")
     return f"{usage.get('source')}: {', '.join(parts)}"
+
+
+def cost_total(cost: Any) -> float | None:
+    """The total of a result's or an attempt's ``cost`` field: the actual cost, else the estimate's;
+    None without one."""
+    if not isinstance(cost, Mapping):
+        return None
+    for figure in (cost.get("actual"), cost.get("estimate")):
+        total = figure.get("total") if isinstance(figure, Mapping) else None
+        if isinstance(total, int | float) and not isinstance(total, bool) and math.isfinite(total):
+            return float(total)
+    return None
 
 
 class RunAccounting:
