@@ -89,11 +89,10 @@ def _changed(approved: Any, now: dict[str, Any]) -> str | None:
     """How what the task would submit now differs from what was approved; None if it does not."""
     if not isinstance(approved, dict):
         return "the answer does not say which estimate and app it approved"
-    if approved.get("app_fingerprint") != now["app_fingerprint"]:
-        return (
-            f"the app changed since (approved {approved.get('app_fingerprint')}, "
-            f"now {now['app_fingerprint']})"
-        )
+    for key in sorted(k for k in now if k.endswith("_fingerprint")):  # an app's, or a sweep rung's
+        if approved.get(key) != now[key]:
+            what = key.removesuffix("_fingerprint")
+            return f"the {what} changed since (approved {approved.get(key)}, now {now[key]})"
     figures = [(k, approved.get(k), now[k]) for k in ("estimate", "max_cost", "currency")]
     differ = [f"{k} {was!r} -> {is_!r}" for k, was, is_ in figures if was != is_]
     return f"the estimate changed since ({', '.join(differ)})" if differ else None
@@ -109,93 +108,6 @@ def approve_or_raise(
     hook = run.hook
     cfg = hook.resolve_cfg(hook.scheduler, hook.cfg)
     now = asked(over, app_fingerprint(app, hook.scheduler, cfg, hook.torchx_conn_id))
-    resumed = run.resumed_with or {}
-    answer = resumed.get("event")
-    requester = requester_of(run)
-    if not isinstance(answer, dict) or not ("chosen_options" in answer or "error_type" in answer):
-        _ask(run, run.context["ti"].id, over, now, timeout_s, approvers_for(run, over, requester))
-    chosen = list(answer.get("chosen_options") or [])
-    user = answer.get("responded_by_user")  # {"id", "name"}; None: Airflow's scheduler at the timeout
-    responded_at = answer.get("responded_at")
-    at = responded_at.isoformat() if isinstance(responded_at, datetime) else responded_at
-    if chosen == [APPROVE] and user and (changed := _changed(resumed.get(ASKED_KEY), now)):
-        raise TorchXCostApprovalError(
-            over, f"{user['name']} (id {user['id']}) approved it at {at}, but {changed}"
-        )
-    if (
-        chosen == [APPROVE]
-        and user
-        and _is_requester(user, requester)
-        and not hook.settings.cost_self_approval
-    ):
-        raise TorchXCostApprovalError(
-            over,
-            f"{user['name']} (id {user['id']}) approved it at {at}, but they triggered this DAG run, and the "
-            f"requester may not approve their own run (connection {hook.torchx_conn_id!r}: name other "
-            "approvers in extra 'cost_approvers', or set extra 'cost_self_approval' to true)",
-        )
-    if chosen == [APPROVE] and user:
-        run.log.warning("%s approved the estimated cost over max_cost at %s: submitting", user["name"], at)
-        approval = {
-            "approved_by": {"id": user["id"], "name": user["name"]},
-            "responded_at": at,
-            "requested_by": requester,
-        }
-        run.result_fields[RESULT_KEY] = {**approval, **now}
-        return run.result_fields[RESULT_KEY]
-    if not user:  # the request's default at its timeout (or the timeout without an answer)
-        raise TorchXCostApprovalError(
-            over, f"no approver answered within {timeout_s:g} s (then it is rejected)"
-        )
-    raise TorchXCostApprovalError(over, f"{user['name']} (id {user['id']}) rejected it at {at}")
-
-
-def requester_of(run: TaskRun) -> str | None:
-    """The user who triggered the task's DAG run (None: a schedule, or Airflow does not say)."""
-    dag_run = run.context.get("dag_run")
-    name = getattr(dag_run, "triggering_user_name", None)
-    return str(name) if name else None
-
-
-def _is_requester(user: Mapping[str, Any], requester: str | None) -> bool:
-    return requester is not None and requester in (str(user.get("id")), str(user.get("name")))
-
-
-def approvers_for(run: TaskRun, over: TorchXCostLimitError, requester: str | None) -> list[dict[str, str]]:
-    """The users the request is assigned to: the connection's ``cost_approvers`` but the requester
-    (unless ``cost_self_approval``); [] for anyone who may act on the task. Raises when the
-    requester is the only one named: nobody else could answer."""
-    settings = run.hook.settings
-    named = [dict(a) for a in settings.cost_approvers]
-    if settings.cost_self_approval:
-        return named
-    others = [a for a in named if not _is_requester(a, requester)]
-    if named and not others:
-        raise TorchXCostApprovalError(
-            over,
-            f"the only approver the connection {run.hook.torchx_conn_id!r} names ({requester!r}) triggered "
-            "this DAG run, and the requester may not approve their own run. Name other approvers in "
-            "extra 'cost_approvers', or set extra 'cost_self_approval' to true",
-        )
-    return others
-
-
-def _figures(over: TorchXCostLimitError) -> dict[str, Any]:
-    return {"estimate": over.estimate, "max_cost": over.max_cost, "currency": over.currency}
-
-
-def _ask(
-    run: TaskRun,
-    ti_id: Any,
-    over: TorchXCostLimitError,
-    now: dict[str, Any],
-    timeout_s: float,
-    approvers: list[dict[str, str]],
-) -> NoReturn:
-    """Write the request and park the task awaiting the answer, keeping what it asks (never returns)."""
-    from airflow.sdk.exceptions import TaskAwaitingInput
-    from airflow.sdk.execution_time.hitl import upsert_hitl_detail
-
     subject = (
         f"Approve task {run.task_id!r}: estimated {over.estimate:.4f} {over.currency}, "
         f"over max_cost {over.max_cost:g} {over.currency}?"
@@ -206,22 +118,147 @@ def _ask(
         f"nothing is submitted). {REJECT}, or no answer within {timeout_s:g} s, fails the task without "
         "submitting anything."
     )
+    question = Question(run.task_id, run.context["ti"].id, subject, body, now, timeout_s)
+    approval = answer_or_ask(
+        question,
+        over,
+        run.resumed_with,
+        requester_of(run.context),
+        hook.settings,
+        hook.torchx_conn_id,
+        run.log,
+    )
+    run.log.warning(
+        "%s approved the estimated cost over max_cost at %s: submitting",
+        approval["approved_by"]["name"],
+        approval["responded_at"],
+    )
+    run.result_fields[RESULT_KEY] = approval
+    return approval
+
+
+@dataclasses.dataclass(frozen=True)
+class Question:
+    """What task ``task_id`` (its try ``ti_id``) asks approvers: ``subject`` and ``body`` (markdown),
+    about ``now`` (the figures and the fingerprint an answer is bound to), for ``timeout_s``."""
+
+    task_id: str
+    ti_id: Any
+    subject: str
+    body: str
+    now: dict[str, Any]
+    timeout_s: float
+
+
+def answer_or_ask(
+    question: Question,
+    over: TorchXCostLimitError,
+    resumed_with: Mapping[str, Any] | None,
+    requester: str | None,
+    settings: Any,
+    conn_id: str,
+    log: Any,
+) -> dict[str, Any]:
+    """The approval of what ``question`` asks (who, when, who requested it, and its figures), from
+    the answer the task resumed with (``resumed_with``). Not asked yet: asks, and the task waits
+    (``TaskAwaitingInput``). Rejected, unanswered at the timeout, approved by the requester (without
+    ``cost_self_approval``) or approved for other figures than ``question.now``: raises
+    ``TorchXCostApprovalError``. ``settings``: the connection's (``cost_approvers``,
+    ``cost_self_approval``)."""
+    resumed = resumed_with or {}
+    answer = resumed.get("event")
+    if not isinstance(answer, dict) or not ("chosen_options" in answer or "error_type" in answer):
+        _ask(question, approvers_for(settings, conn_id, over, requester), log)
+    chosen = list(answer.get("chosen_options") or [])
+    user = answer.get("responded_by_user")  # {"id", "name"}; None: Airflow's scheduler at the timeout
+    responded_at = answer.get("responded_at")
+    at = responded_at.isoformat() if isinstance(responded_at, datetime) else responded_at
+    now = question.now
+    if chosen == [APPROVE] and user and (changed := _changed(resumed.get(ASKED_KEY), now)):
+        raise TorchXCostApprovalError(
+            over, f"{user['name']} (id {user['id']}) approved it at {at}, but {changed}"
+        )
+    if chosen == [APPROVE] and user and _is_requester(user, requester) and not settings.cost_self_approval:
+        raise TorchXCostApprovalError(
+            over,
+            f"{user['name']} (id {user['id']}) approved it at {at}, but they triggered this DAG run, and the "
+            f"requester may not approve their own run (connection {conn_id!r}: name other "
+            "approvers in extra 'cost_approvers', or set extra 'cost_self_approval' to true)",
+        )
+    if chosen == [APPROVE] and user:
+        approval = {
+            "approved_by": {"id": user["id"], "name": user["name"]},
+            "responded_at": at,
+            "requested_by": requester,
+        }
+        return {**approval, **now}
+    if not user:  # the request's default at its timeout (or the timeout without an answer)
+        raise TorchXCostApprovalError(
+            over, f"no approver answered within {question.timeout_s:g} s (then it is rejected)"
+        )
+    raise TorchXCostApprovalError(over, f"{user['name']} (id {user['id']}) rejected it at {at}")
+
+
+def requester_of(context: Any) -> str | None:
+    """The user who triggered the task's DAG run (None: a schedule, or Airflow does not say)."""
+    dag_run = context.get("dag_run")
+    name = getattr(dag_run, "triggering_user_name", None)
+    return str(name) if name else None
+
+
+def _is_requester(user: Mapping[str, Any], requester: str | None) -> bool:
+    return requester is not None and requester in (str(user.get("id")), str(user.get("name")))
+
+
+def approvers_for(
+    settings: Any, conn_id: str, over: TorchXCostLimitError, requester: str | None
+) -> list[dict[str, str]]:
+    """The users a request is assigned to: the connection's ``cost_approvers`` but the requester
+    (unless ``cost_self_approval``); [] for anyone who may act on the task. Raises when the
+    requester is the only one named: nobody else could answer."""
+    named = [dict(a) for a in settings.cost_approvers]
+    if settings.cost_self_approval:
+        return named
+    others = [a for a in named if not _is_requester(a, requester)]
+    if named and not others:
+        raise TorchXCostApprovalError(
+            over,
+            f"the only approver the connection {conn_id!r} names ({requester!r}) triggered "
+            "this DAG run, and the requester may not approve their own run. Name other approvers in "
+            "extra 'cost_approvers', or set extra 'cost_self_approval' to true",
+        )
+    return others
+
+
+def _figures(over: TorchXCostLimitError) -> dict[str, Any]:
+    return {"estimate": over.estimate, "max_cost": over.max_cost, "currency": over.currency}
+
+
+def _ask(question: Question, approvers: list[dict[str, str]], log: Any) -> NoReturn:
+    """Write the request and park the task awaiting the answer, keeping what it asks (never returns)."""
+    from airflow.sdk.exceptions import TaskAwaitingInput
+    from airflow.sdk.execution_time.hitl import upsert_hitl_detail
+
+    body = question.body
     if approvers:
         body += "\n\n**Approvers**: " + ", ".join(a["name"] for a in approvers)
     upsert_hitl_detail(
-        ti_id=ti_id,
+        ti_id=question.ti_id,
         options=[APPROVE, REJECT],
-        subject=subject,
+        subject=question.subject,
         body=body,
         defaults=[REJECT],
         params={},
         assigned_users=approvers or None,  # type: ignore[arg-type]  # HITLUser is a TypedDict of these
     )
-    run.log.warning(
-        "Estimated cost over max_cost: waiting up to %g s for an approver (Required Actions page)", timeout_s
+    log.warning(
+        "Estimated cost over max_cost: waiting up to %g s for an approver (Required Actions page)",
+        question.timeout_s,
     )
     # the answer resumes the operator's execute with it as ``event`` and what was asked as
-    # ``ASKED_KEY`` (``run.resumed_with``): the task runs again from the start and comes back here
+    # ``ASKED_KEY``: the task runs again from the start and comes back here
     raise TaskAwaitingInput(
-        method_name="execute", kwargs={ASKED_KEY: now}, timeout=timedelta(seconds=timeout_s)
+        method_name="execute",
+        kwargs={ASKED_KEY: question.now},
+        timeout=timedelta(seconds=question.timeout_s),
     )
