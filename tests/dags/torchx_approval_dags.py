@@ -6,7 +6,9 @@ minutes). ``tx_cost_approval_timeout``: one task on ``torchx_approval_short`` (s
 ``tx_cost_approval_changed``: a ``@task.torchx`` task whose app's replicas come from the Airflow
 Variable ``tx_approval_replicas``, which the test changes between the question and the answer. Those
 connections name the approver (``cost_approvers``); ``tx_cost_approval_self`` is on
-``torchx_approval_open``, which names none: the requester answers it.
+``torchx_approval_open``, which names none: the requester answers it. ``tx_cost_approval_sweep``: a
+sweep of three trials (rungs at 1 and 3 epochs) whose first rung (3 x 1 CPU and 1 GB for an hour)
+is over its ``max_cost``: its plan asks the approver before anything trains.
 """
 
 from __future__ import annotations
@@ -15,12 +17,16 @@ import sys
 from pathlib import Path
 
 import pendulum
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG, Asset, task
 from torchx.specs import AppDef, Resource, Role
 
 from torchx_airflow.operators.torchx import TorchXOperator
+from torchx_airflow.sweeps import torchx_sweep
 
 BURN = str(Path(__file__).resolve().parent / "jobs" / "burn.py")
+TRIAL = str(Path(__file__).resolve().parent / "jobs" / "sweep_trial.py")
+RUN_DIR = "{{ run_id | replace(':', '_') | replace('+', '_') }}"
+OUT = "{{ var.value.tx_approval_sweep_out }}/" + RUN_DIR + "/{{ trial.id }}/r{{ trial.rung }}"
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 TAGS = ["torchx", "approval-tests"]
 
@@ -73,3 +79,36 @@ with DAG("tx_cost_approval_changed", schedule=None, start_date=START, catchup=Fa
         return dear_app("dear-changed", int(Variable.get("tx_approval_replicas", default="1")))
 
     changed()
+
+with DAG("tx_cost_approval_sweep", schedule=None, start_date=START, catchup=False, tags=TAGS):
+    torchx_sweep(
+        sweep_id="sweep",
+        component="utils.python",
+        component_args=[
+            "--cpu",
+            "1",
+            "--memMB",
+            "1024",
+            "--script",
+            TRIAL,
+            "--",
+            "--lr",
+            "{{ trial.lr }}",
+            "--width",
+            "16",
+            "--depth",
+            "2",
+            "--out",
+            OUT,
+        ],  # fmt: skip
+        search_space={"lr": [0.01, 0.03, 0.1]},
+        objective="val_loss",
+        min_budget=1,
+        max_budget=3,
+        max_cost=0.01,
+        unit_duration=3600,
+        promote_to=Asset("model://tx_cost_approval_sweep/best"),
+        torchx_conn_id="torchx_approval",
+        tracker_conn_ids=["approval_fs"],
+        poll_interval=1,
+    )

@@ -5,7 +5,9 @@ the REST API, the app is submitted and the result records who approved and who a
 ``admin``, who triggered the run, is refused by Airflow); rejected, or unanswered at the connection's
 timeout, nothing is submitted and the task fails naming the estimate; approved after the app changed (a
 Variable its function reads), nothing is submitted and the task fails naming the approved and the new
-fingerprint; on a connection that names no approver, the requester's own approval submits nothing."""
+fingerprint; on a connection that names no approver, the requester's own approval submits nothing.
+A sweep whose first rung is over its ``max_cost`` asks the same way before anything trains: approved,
+it trains and promotes; rejected, it trains nothing and promotes nothing, saying why."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 PRICES = {"cpu_hour": 0.04, "mem_gb_hour": 0.01, "currency": "EUR"}
 DAG, TIMEOUT_DAG, CHANGED_DAG = "tx_cost_approval", "tx_cost_approval_timeout", "tx_cost_approval_changed"
 SELF_DAG = "tx_cost_approval_self"
+SWEEP_DAG = "tx_cost_approval_sweep"
 APPROVER = "approver"  # a second Airflow user; admin triggers every run
 ESTIMATE = "0.4800 EUR"  # 8 CPUs x 0.04 + 16 GB x 0.01, for an hour
 # longer than the scheduler takes to see the parked workload end (a few seconds on a busy machine): a
@@ -50,6 +53,10 @@ def stack(tmp_path_factory):
             # the scheduler's sweep that answers requests past their timeout (default every 15 s)
             "AIRFLOW__SCHEDULER__TRIGGER_TIMEOUT_CHECK_INTERVAL": "2",
             "AIRFLOW__CORE__PARALLELISM": "2",
+            "AIRFLOW_CONN_APPROVAL_FS": json.dumps(
+                {"conn_type": "torchx_fsspec", "extra": {"root": str(home / "store")}}
+            ),
+            "AIRFLOW_VAR_TX_APPROVAL_SWEEP_OUT": str(home / "sweep"),
         },
     )
     with stack.running():
@@ -58,6 +65,18 @@ def stack(tmp_path_factory):
 
 def _hitl_path(dag_id: str, run_id: str, task_id: str) -> str:
     return f"/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}/taskInstances/{task_id}/-1/hitlDetails"
+
+
+def _parked(stack: AirflowStack, dag_id: str, run_id: str, task_id: str) -> None:
+    """Once the scheduler has taken the parked workload's end from its executor: an answer before
+    that resumes the task, and the late "success" of the parked workload then fails it (Airflow's
+    race, which a person answering seconds later never meets)."""
+    parked = (
+        "event with state success for task instance "
+        f"TaskInstanceKey(dag_id='{dag_id}', task_id='{task_id}', run_id='{run_id}'"
+    )
+    scheduler_log = stack.home / "stack" / "scheduler.log"
+    wait_until(lambda: parked in scheduler_log.read_text(), f"{task_id} parked", 120)
 
 
 def _answer(
@@ -79,15 +98,7 @@ def _answer(
     assert "requested 8 CPU, 0 GPU, 16384 MB memory" in request["body"]
     assert "**App fingerprint**: `sha256:" in request["body"]
     assert stack.xcom(dag_id, run_id, task_id, "app_handle") is None  # nothing submitted while it waits
-    # Answer once the scheduler has taken the parked workload's end from its executor: an answer before
-    # that resumes the task, and the late "success" of the parked workload then fails it (Airflow's
-    # race, which a person answering seconds later never meets)
-    parked = (
-        "event with state success for task instance "
-        f"TaskInstanceKey(dag_id='{dag_id}', task_id='{task_id}', run_id='{run_id}'"
-    )
-    scheduler_log = stack.home / "stack" / "scheduler.log"
-    wait_until(lambda: parked in scheduler_log.read_text(), f"{task_id} parked", 120)
+    _parked(stack, dag_id, run_id, task_id)
     if before is not None:
         before()
     token = None if user == "admin" else stack.token_of(user)
@@ -187,3 +198,57 @@ def test_the_requester_cannot_approve_their_own_run(stack, runs):
     log = stack.log(SELF_DAG, run_id, "dear", 1)
     assert "admin (id admin) approved it at" in log and "they triggered this DAG run" in log
     assert "Submitted TorchX app" not in log
+
+
+def _answer_rung(stack: AirflowStack, run_id: str, option: str) -> dict:
+    """The approver answers ``option`` to the sweep's first plan, once it waits, checking its request."""
+    ti = stack.wait_ti(
+        SWEEP_DAG, run_id, "sweep.plan_0", ("awaiting_input", "failed", "success"), timeout=600
+    )
+    assert ti["state"] == "awaiting_input", stack.log(SWEEP_DAG, run_id, "sweep.plan_0", 1)[-3000:]
+    request = stack.api("GET", _hitl_path(SWEEP_DAG, run_id, "sweep.plan_0"))
+    # 3 trials x (1 CPU x 0.04 + 1 GB x 0.01) for an hour (unit_duration 3600 s x 1 epoch)
+    assert request["subject"] == (
+        "Approve rung 0 of sweep 'sweep': 3 trials to 1, about 0.1500 EUR more, past max_cost 0.01 EUR?"
+    )
+    assert "**Rung fingerprint**: `sha256:" in request["body"] and "t0, t1, t2" in request["body"]
+    assert [u["id"] for u in request["assigned_users"]] == [APPROVER]
+    # nothing trains while it waits
+    assert stack.xcom(SWEEP_DAG, run_id, "sweep.rung_0", "return_value", map_index=0) is None
+    _parked(stack, SWEEP_DAG, run_id, "sweep.plan_0")
+    answer = {"chosen_options": [option], "params_input": {}}
+    return stack.api(
+        "PATCH", _hitl_path(SWEEP_DAG, run_id, "sweep.plan_0"), answer, token=stack.token_of(APPROVER)
+    )
+
+
+def test_a_sweep_over_its_budget_asks_before_a_rung_and_trains_it_only_when_approved(stack):
+    approved = stack.trigger(SWEEP_DAG)
+    _answer_rung(stack, approved, "Approve")
+    assert stack.wait_run(SWEEP_DAG, approved, timeout=900) == "success"
+    segments = stack.xcom(SWEEP_DAG, approved, "sweep.plan_0", "return_value")
+    assert [s["trial"]["id"] for s in segments] == ["t0", "t1", "t2"]
+    state = stack.xcom(SWEEP_DAG, approved, "sweep.plan_0", "torchx_sweep")
+    (approval,) = state["approvals"]
+    assert approval["approved_by"]["name"] == APPROVER and approval["requested_by"] == "admin"
+    assert (approval["rung"], approval["estimate"], approval["currency"]) == (0, 0.15, "EUR")
+    for i in range(3):
+        result = stack.xcom(SWEEP_DAG, approved, "sweep.rung_0", "return_value", map_index=i)
+        assert result["state"] == "SUCCEEDED" and result["cost"]["estimate"]["duration_s"] == 3600
+    log = stack.log(SWEEP_DAG, approved, "sweep.plan_0", 1)
+    assert f"{APPROVER} approved rung 0 past max_cost" in log
+    promoted = stack.xcom(SWEEP_DAG, approved, "sweep.promote", "return_value")
+    # what rung 0 spent (seconds of 0.05 EUR an hour) leaves rung 1 within the budget: no second question
+    later = stack.xcom(SWEEP_DAG, approved, "sweep.plan_1", "torchx_sweep")
+    assert [a["rung"] for a in later["approvals"]] == [0] and 0 < later["spent"] < 0.01
+    assert promoted["path"].endswith("/r1/model.txt")
+
+    rejected = stack.trigger(SWEEP_DAG)
+    _answer_rung(stack, rejected, "Reject")
+    assert stack.wait_run(SWEEP_DAG, rejected, timeout=600) == "success"
+    assert stack.xcom(SWEEP_DAG, rejected, "sweep.plan_0", "return_value") == []
+    stopped = stack.xcom(SWEEP_DAG, rejected, "sweep.plan_0", "torchx_sweep")["stopped"]
+    assert "rung 0 (3 trials to 1) would cost about 0.1500 more, past max_cost=0.01" in stopped
+    assert f"the approval was refused: {APPROVER} (id {APPROVER}) rejected it at" in stopped
+    assert stack.ti(SWEEP_DAG, rejected, "sweep.promote")["state"] == "skipped"
+    assert "nothing is promoted" in stack.log(SWEEP_DAG, rejected, "sweep.promote", 1)

@@ -24,6 +24,7 @@ Importing this module imports no TorchX scheduler, MLflow, s3fs or docker module
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from torchx_airflow.exceptions import TorchXInputError
@@ -35,7 +36,9 @@ if TYPE_CHECKING:
 __all__ = ["torchx_sweep"]
 
 #: TorchXOperator arguments a sweep sets itself for every segment
-_SWEEP_OWNS = frozenset({"task_id", "trial", "max_cost"})
+_SWEEP_OWNS = frozenset({"task_id", "trial", "max_cost", "expected_duration"})
+#: what a segment's app is built from: the first rung is priced from it
+_APP_PARTS = ("component", "component_args", "app", "env", "app_name")
 
 
 def torchx_sweep(
@@ -49,6 +52,7 @@ def torchx_sweep(
     reduction_factor: int = 3,
     algorithm: str = "successive_halving",
     max_cost: float | None = None,
+    unit_duration: float | timedelta | None = None,
     promote_to: Asset | None = None,
     artifact: str = "model",
     checkpoint_artifact: str = "checkpoint",
@@ -68,8 +72,12 @@ def torchx_sweep(
         ``reduction_factor``.
     :param reduction_factor: each rung keeps ``1 / reduction_factor`` of the trials before it.
     :param algorithm: ``"successive_halving"`` or ``"grid"`` (every trial at ``max_budget``).
-    :param max_cost: the whole sweep's budget (the currency of the connection's price table): a rung
-        that would pass it is not trained, and the best trial so far is promoted.
+    :param max_cost: the whole sweep's budget (the currency of the connection's price table): each
+        rung is priced before it trains; one that would pass it asks the connection's approvers
+        (``cost_approval_timeout``), else it is not trained and the best trial so far is promoted.
+    :param unit_duration: seconds (or a ``timedelta``) one unit of budget is expected to take a
+        segment: with the price table, what prices the first rung (required with ``max_cost``), and
+        each segment's ``expected_duration`` (the units it trains times this).
     :param promote_to: the ``Asset`` the best trial's ``artifact`` is published to (None: no promotion).
     :param checkpoint_artifact: the artifact a continuing segment resumes from.
     :param trial_kwargs: any other ``TorchXOperator`` argument, for every segment (``component``,
@@ -95,7 +103,22 @@ def torchx_sweep(
     if owned:
         raise TorchXInputError(
             f"{where}: {owned} are set by the sweep for each segment; pass the sweep's own "
-            "(sweep_id, max_cost) instead."
+            "(sweep_id, max_cost, unit_duration: seconds per unit of budget) instead."
+        )
+    if isinstance(unit_duration, timedelta):
+        unit_duration = unit_duration.total_seconds()
+    if unit_duration is not None and (
+        isinstance(unit_duration, bool) or not isinstance(unit_duration, int | float) or unit_duration <= 0
+    ):
+        raise TorchXInputError(
+            f"{where}: unit_duration={unit_duration!r} must be positive seconds (or a timedelta) that one "
+            "unit of budget takes a segment, e.g. 600 for ten-minute epochs."
+        )
+    if max_cost is not None and unit_duration is None:
+        raise TorchXInputError(
+            f"{where}: max_cost={max_cost!r} needs unit_duration, the seconds one unit of budget (an "
+            f"epoch) takes a segment, to price the first rung ({min_budget} units a trial) before it "
+            "trains, e.g. unit_duration=600."
         )
     if "component" not in trial_kwargs:
         raise TorchXInputError(f"{where}: pass component= (and component_args=) for the trials' jobs.")
@@ -119,6 +142,9 @@ def torchx_sweep(
                 segment_task_ids=segment_ids,
                 plan_task_ids=plan_ids,
                 max_cost=max_cost,
+                unit_duration=unit_duration,
+                app_parts={k: trial_kwargs[k] for k in _APP_PARTS if k in trial_kwargs},
+                torchx_conn_id=trial_kwargs.get("torchx_conn_id"),
                 checkpoint_artifact=checkpoint_artifact,
                 doc_md=f"Which trials rung {k} trains (up to {counts[k]}, to budget {budget}).",
             )

@@ -24,6 +24,10 @@ if TYPE_CHECKING:
     from torchx_airflow.run.execution import TaskRun
 
 TRIAL_ENV = "TORCHX_AIRFLOW_TRIAL"
+#: the field of a segment's result that holds its own trial
+RESULT_TRIAL = "sweep_trial"
+#: XCom of a segment whose task failed: what its job cost (a failed task pushes no result)
+XCOM_SEGMENT_SPENT = "torchx_sweep_spent"
 #: what of a trial the job sees in TORCHX_AIRFLOW_TRIAL (what it needs to train and resume)
 TRIAL_FIELDS = ("id", "index", "params", "budget", "rung", "previous_budget")
 
@@ -58,9 +62,21 @@ class SweepTrial(RunPolicy):
     def finished(
         self, run: TaskRun, *, app_handle: str, result: dict[str, Any], **kwargs: Any
     ) -> dict[str, Any]:
-        from torchx_airflow.sweeps.tasks import RESULT_TRIAL
-
         return {**result, RESULT_TRIAL: {k: self.trial.get(k) for k in TRIAL_FIELDS}}
+
+    def closed(
+        self,
+        run: TaskRun,
+        *,
+        result: dict[str, Any] | None = None,
+        error: BaseException | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """A segment whose task fails pushes no result: what its job cost (the cost policy's record
+        when it saw the job end) is pushed for the sweep's spending (``XCOM_SEGMENT_SPENT``)."""
+        cost = run.result_fields.get("cost")
+        if result is None and cost is not None:
+            run.context["ti"].xcom_push(key=XCOM_SEGMENT_SPENT, value={"cost": cost})
 
 
 class TorchXSweepSegmentOperator(TorchXOperator):

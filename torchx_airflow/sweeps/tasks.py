@@ -8,11 +8,16 @@ mapped ``TorchXSweepSegmentOperator``), each continuing its trial's previous seg
 ``checkpoint`` artifact, when the worker recorded one under that segment's output roots, is the new
 segment's ``TORCHX_AIRFLOW_RESUME_FROM``, and that segment is its one lineage parent.
 
-With ``max_cost``, a plan prices its rung from what training the segments before it cost (their
-worker's record; a cache hit's, the run it was cached from) per unit of budget, for each trial as if it
-started over, and returns no segment when what the sweep spent plus that estimate would pass it, or
-when nothing could be priced: the rungs after train nothing, and the best trial so far is promoted.
-What a failed segment spent is not in its task's result, so it is not counted.
+With ``max_cost``, a plan prices its rung before it trains it: the first from what each trial's app
+requests (the connection's price table) for ``unit_duration`` seconds per unit of budget; the next ones
+from what training the segments before them cost (their worker's record; a cache hit's, the run it
+was cached from) per unit of budget, for each trial as if it started over (a trial whose segment
+recorded none: its app's request, else the rung's dearest unit). When what the sweep spent plus that
+estimate would pass ``max_cost``, the connection's approvers are asked (``cost_approval_timeout``:
+Airflow's human-in-the-loop, as for a run over its ``max_cost``); rejected, unanswered or not asked,
+the plan returns no segment: the rungs after train nothing, and the best trial so far is promoted.
+What a segment spent counts whether it succeeded or failed (a failed one's worker pushes it as
+``XCOM_SEGMENT_SPENT``).
 """
 
 from __future__ import annotations
@@ -23,21 +28,18 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from torchx_airflow.exceptions import TorchXError
+from torchx_airflow.exceptions import TorchXConfigError, TorchXError
 from torchx_airflow.lineage.keys import XCOM_LINEAGE_PARENTS, XCOM_RUN_ID, XCOM_SUBMITTED_APP
 from torchx_airflow.operators.promote import TorchXPromoteOperator
 from torchx_airflow.policies.cost.usage import cost_total
 from torchx_airflow.sweeps.halving import choose, finite, survivors
+from torchx_airflow.sweeps.segment import RESULT_TRIAL, XCOM_SEGMENT_SPENT, trial_view
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 #: XCom of a plan: the sweep's spending and why it stopped (when it did)
 XCOM_SWEEP = "torchx_sweep"
-
-
-#: the field of a segment's result that holds its own trial
-RESULT_TRIAL = "sweep_trial"
 
 
 class TorchXSweepError(TorchXError):
@@ -96,6 +98,9 @@ class TorchXSweepPlanOperator(BaseOperator):
         segment_task_ids: Sequence[str],
         plan_task_ids: Sequence[str],
         max_cost: float | None = None,
+        unit_duration: float | None = None,
+        app_parts: Mapping[str, Any] | None = None,
+        torchx_conn_id: str | None = None,
         checkpoint_artifact: str = "checkpoint",
         **kwargs: Any,
     ) -> None:
@@ -107,15 +112,39 @@ class TorchXSweepPlanOperator(BaseOperator):
         self.objective, self.mode, self.reduction_factor = objective, mode, reduction_factor
         self.segment_task_ids, self.plan_task_ids = list(segment_task_ids), list(plan_task_ids)
         self.max_cost = max_cost
+        self.unit_duration = unit_duration
+        self.app_parts = dict(app_parts or {})  # component, component_args, app, env, app_name
+        self.torchx_conn_id = torchx_conn_id
         self.checkpoint_artifact = checkpoint_artifact
 
-    def execute(self, context: Context) -> list[dict[str, Any]]:
+    def execute(
+        self, context: Context, event: dict[str, Any] | None = None, **parked: Any
+    ) -> list[dict[str, Any]]:
+        """The rung's segments; ``event`` and ``parked``: an approver's answer to a rung over the budget
+        and what the plan asked (``policies.cost.approval``), when it resumes with them."""
+        resumed = {**parked, "event": event} if event is not None or parked else None
         ti = context["ti"]
         budget = self.budgets[self.rung]
         if self.rung == 0:
             segments = [self._segment(i, budget, 0, None, None) for i in range(len(self.trials))]
+            state: dict[str, Any] = {"spent": 0.0}
+            if self.max_cost is not None:
+                priced = self._requested(context, range(len(self.trials)), budget)
+                if not priced:
+                    raise TorchXConfigError(
+                        f"Task {self.task_id!r}: the sweep has max_cost={self.max_cost!r}, but its first "
+                        f"rung cannot be priced: connection {self.torchx_conn_id or 'torchx_default'!r} "
+                        'needs a price table in its extra (e.g. {"prices": {"cpu_hour": 0.05}}) and the '
+                        "sweep unit_duration (seconds one unit of budget takes). Or remove max_cost."
+                    )
+                estimate = sum(e.total for e in priced.values())
+                first = next(iter(priced.values()))
+                how = f"{len(priced)} trials, each {first.total:.4f} {first.currency}: {first.explain()}"
+                state = self._within_budget(context, resumed, state, segments, estimate, how)
+                if state.get("stopped"):
+                    return self._publish(ti, [], state)
             self.log.info("Rung 0 trains %d trials to %s", len(segments), budget)
-            return self._publish(ti, segments, {"spent": 0.0})
+            return self._publish(ti, segments, state)
         before_plan = self.plan_task_ids[self.rung - 1]
         state = ti.xcom_pull(task_ids=before_plan, key=XCOM_SWEEP)
         if not isinstance(state, Mapping):
@@ -123,6 +152,7 @@ class TorchXSweepPlanOperator(BaseOperator):
                 f"Task {self.task_id!r}: {before_plan!r} left no plan (it failed or was cleared), so rung "
                 f"{self.rung} cannot be chosen. Clear {before_plan!r} and the tasks after it to go on."
             )
+        state = dict(state)
         before = ti.xcom_pull(task_ids=before_plan) or []
         if state.get("stopped") or not before:
             self.log.info(
@@ -136,10 +166,16 @@ class TorchXSweepPlanOperator(BaseOperator):
             ti.xcom_pull(task_ids=previous, map_indexes=indexes, key=XCOM_SUBMITTED_APP), indexes
         )
         run_ids = _aligned(ti.xcom_pull(task_ids=previous, map_indexes=indexes, key=XCOM_RUN_ID), indexes)
+        failed_spent = _aligned(
+            ti.xcom_pull(task_ids=previous, map_indexes=indexes, key=XCOM_SEGMENT_SPENT), indexes
+        )
         # each segment's own record of its trial (a plan cleared and changed since cannot misplace it)
         trials = [_own_trial(results[i], before[i]["trial"], len(self.trials)) for i in indexes]
         recorded = [self._value(result) for result in results]
-        spent = float(state.get("spent") or 0.0) + sum(cost_spent(r) for r in results)
+        # what each segment spent: its result's, else (its task failed) what its worker pushed
+        state["spent"] = float(state.get("spent") or 0.0) + sum(
+            cost_spent(r if isinstance(r, Mapping) else f) for r, f in zip(results, failed_spent, strict=True)
+        )
         keep = survivors(len(trials), self.reduction_factor)
         chosen = sorted(choose([(i, v) for i, v in enumerate(recorded)], keep, self.mode))
         for i, trial in enumerate(trials):
@@ -151,22 +187,6 @@ class TorchXSweepPlanOperator(BaseOperator):
                 recorded[i],
                 " (continues)" if i in chosen else "",
             )
-        if self.max_cost is not None:
-            estimate, unpriced = self._estimate(trials, results, chosen, budget)
-            why = None
-            if unpriced:
-                why = (
-                    f"rung {self.rung} cannot be priced: no segment of rung {self.rung - 1} recorded a cost "
-                    "(give the torchx connection a price table: docs, Usage and cost)"
-                )
-            elif spent + estimate > self.max_cost:
-                why = (
-                    f"rung {self.rung} ({len(chosen)} trials to {budget}) would cost about {estimate:.4f} "
-                    f"more, past max_cost={self.max_cost:g} with {spent:.4f} spent"
-                )
-            if why is not None:
-                self.log.warning("Sweep stops: %s: the best trial so far is promoted", why)
-                return self._publish(ti, [], {"spent": spent, "stopped": why})
         segments = [
             self._segment(
                 int(trials[i]["index"]),
@@ -177,8 +197,136 @@ class TorchXSweepPlanOperator(BaseOperator):
             )
             for i in chosen
         ]
+        if self.max_cost is not None and segments:
+            estimate, how = self._estimate(context, trials, results, chosen, budget)
+            state = self._within_budget(context, resumed, state, segments, estimate, how)
+            if state.get("stopped"):
+                return self._publish(ti, [], state)
         self.log.info("Rung %d trains %d of %d trials to %s", self.rung, len(segments), len(trials), budget)
-        return self._publish(ti, segments, {"spent": spent})
+        return self._publish(ti, segments, state)
+
+    def _settings(self) -> Any:
+        """The torchx connection's settings (its price table, its approvers)."""
+        from torchx_airflow.hooks import TORCHX_DEFAULT_CONN_ID
+        from torchx_airflow.hooks.torchx import TorchXHook
+
+        return TorchXHook(self.torchx_conn_id or TORCHX_DEFAULT_CONN_ID).settings
+
+    def _within_budget(
+        self,
+        context: Context,
+        resumed: Mapping[str, Any] | None,
+        state: dict[str, Any],
+        segments: Sequence[Mapping[str, Any]],
+        estimate: float | None,
+        how: str,
+    ) -> dict[str, Any]:
+        """``state``, with ``stopped`` (why) when the rung cannot be trained within ``max_cost``: it
+        cannot be priced, or it would pass it and no approver approved it (asked: the task waits)."""
+        from torchx_airflow.exceptions import TorchXCostApprovalError, TorchXCostLimitError
+
+        max_cost = float(self.max_cost or 0.0)  # called only with max_cost
+        spent, n, budget = float(state.get("spent") or 0.0), len(segments), self.budgets[self.rung]
+        if estimate is None:
+            why = (
+                f"rung {self.rung} cannot be priced: {how} (give the torchx connection a price table, "
+                "and the sweep unit_duration: docs, Sweeps, Budgets)"
+            )
+            self.log.warning("Sweep stops: %s: the best trial so far is promoted", why)
+            return {**state, "stopped": why}
+        self.log.info(
+            "Rung %d (%d trials to %s) is estimated at %.4f, %.4f spent, max_cost=%g: %s",
+            self.rung,
+            n,
+            budget,
+            estimate,
+            spent,
+            max_cost,
+            how,
+        )
+        if spent + estimate <= max_cost:
+            return state
+        why = (
+            f"rung {self.rung} ({n} trials to {budget}) would cost about {estimate:.4f} more, past "
+            f"max_cost={max_cost:g} with {spent:.4f} spent"
+        )
+        settings = self._settings()
+        timeout_s = settings.cost_approval_timeout
+        if timeout_s is None:
+            self.log.warning("Sweep stops: %s: the best trial so far is promoted", why)
+            return {**state, "stopped": why}
+        from torchx_airflow.policies.cost.approval import (
+            APPROVE,
+            REJECT,
+            Question,
+            answer_or_ask,
+            requester_of,
+        )
+
+        currency = settings.prices.currency if settings.prices is not None else ""
+        over = TorchXCostLimitError(self.task_id, max_cost, spent + estimate, currency, f"{how}; {why}")
+        now = {
+            "estimate": round(spent + estimate, 6),
+            "max_cost": max_cost,
+            "currency": currency,
+            "rung_fingerprint": _fingerprint(self.rung, segments),
+        }
+        sweep = self.segment_task_ids[0].rsplit(".", 1)[0]
+        subject = (
+            f"Approve rung {self.rung} of sweep {sweep!r}: {n} trials to {budget}, "
+            f"about {estimate:.4f} {currency} more, past max_cost {max_cost:g} {currency}?"
+        )
+        body = (
+            f"**Spent so far**: {spent:.4f} {currency}\n\n**This rung**: {how}\n\n"
+            f"**Trials**: {', '.join(str(s['trial']['id']) for s in segments)}\n\n"
+            f"**Rung fingerprint**: `{now['rung_fingerprint']}`\n\n"
+            f"{APPROVE} trains this rung at this estimate (if what it trains has changed when the plan "
+            f"resumes, it does not). {REJECT}, or no answer within {timeout_s:g} s, stops the sweep: the "
+            "best trial so far is promoted."
+        )
+        question = Question(self.task_id, context["ti"].id, subject, body, now, timeout_s)
+        try:
+            approval = answer_or_ask(
+                question,
+                over,
+                resumed,
+                requester_of(context),
+                settings,
+                self.torchx_conn_id or "torchx_default",
+                self.log,
+            )
+        except TorchXCostApprovalError as e:
+            why = f"{why}, and the approval was refused: {e.reason}"
+            self.log.warning("Sweep stops: %s: the best trial so far is promoted", why)
+            return {**state, "stopped": why}
+        who = approval["approved_by"]["name"]
+        self.log.warning("%s approved rung %d past max_cost at %s", who, self.rung, approval["responded_at"])
+        return {**state, "approvals": [*state.get("approvals", []), {"rung": self.rung, **approval}]}
+
+    def _requested(self, context: Context, indexes: Any, budget: float) -> dict[int, Any]:
+        """Per trial, the cost of what its app requests for ``unit_duration`` x the budget it trains
+        (``CostEstimate``); {} without ``unit_duration`` or a price table."""
+        from torchx_airflow.apps import build_task_app
+        from torchx_airflow.policies.cost.pricing import estimate_cost, requested_resources
+
+        prices = self._settings().prices
+        if self.unit_duration is None or prices is None or not self.app_parts:
+            return {}
+        priced = {}
+        for i in indexes:
+            trial = self._segment(i, budget, self.rung, None, None)["trial"]
+            seconds = self.unit_duration * float(budget)
+            parts, seen = dict(self.app_parts), {**dict(context), "trial": trial_view(trial)}
+            for name in ("component", "component_args"):  # what decides the resources it requests
+                parts[name] = self.render_template(parts.get(name), seen)  # type: ignore[arg-type]
+            app = build_task_app(self.task_id, **parts)
+            priced[i] = estimate_cost(
+                requested_resources(app),
+                prices,
+                seconds,
+                f"unit_duration {self.unit_duration:g} s x {budget}",
+            )
+        return priced
 
     def _segment(
         self, index: int, budget: float, rung: int, resume_from: str | None, source: str | None
@@ -194,7 +342,12 @@ class TorchXSweepPlanOperator(BaseOperator):
             "resume_from": resume_from,
             "source": source,
         }
-        return {"trial": trial}
+        segment: dict[str, Any] = {"trial": trial}
+        if self.unit_duration is not None:  # each segment's own estimate: what it trains
+            segment["expected_duration"] = (
+                self.unit_duration * max(float(budget) - float(previous), 0.0) or None
+            )
+        return segment
 
     def _publish(
         self, ti: Any, segments: list[dict[str, Any]], state: Mapping[str, Any]
@@ -242,24 +395,54 @@ class TorchXSweepPlanOperator(BaseOperator):
 
     def _estimate(
         self,
+        context: Context,
         trials: Sequence[Mapping[str, Any]],
         results: Sequence[Any],
         chosen: Sequence[int],
         budget: float,
-    ) -> tuple[float, bool]:
-        """The rung's cost: per chosen trial, what its last segment's training cost per unit of budget
-        (a trial whose segment recorded none: the dearest unit of the rung), times the new budget as if
-        it started over (never under); and whether nothing could be priced."""
+    ) -> tuple[float | None, str]:
+        """The rung's cost and how it was made (None: it cannot be priced): per chosen trial, what
+        its last segment's training cost per unit of budget, times the new budget as if it started
+        over (never under); a trial whose segment recorded no cost: what its app requests for
+        ``unit_duration`` per unit, else the dearest recorded unit of the rung."""
         units: dict[int, float] = {}
         for i, (trial, result) in enumerate(zip(trials, results, strict=True)):
             cost = cost_of_training(result)
             trained = float(trial["budget"]) - float(trial.get("previous_budget") or 0)
             if cost is not None:
                 units[i] = cost / trained if trained > 0 else cost
-        if not units:
-            return 0.0, True
-        dearest = max(units.values())
-        return sum(units.get(i, dearest) * float(budget) for i in chosen), False
+        missing = [i for i in chosen if i not in units]
+        requested = (
+            self._requested(context, [int(trials[i]["index"]) for i in missing], budget) if missing else {}
+        )
+        from_request = {
+            i: requested[int(trials[i]["index"])].total
+            for i in missing
+            if int(trials[i]["index"]) in requested
+        }
+        if not units and len(from_request) < len(missing):
+            return None, f"no segment of rung {self.rung - 1} recorded a cost"
+        dearest = max(units.values(), default=0.0)
+        total = sum(
+            units[i] * float(budget) if i in units else from_request.get(i, dearest * float(budget))
+            for i in chosen
+        )
+        how = f"{len(chosen)} trials x {budget} units at the cost per unit their last segment recorded" + (
+            f" ({len(from_request)} priced from their app's request)" if from_request else ""
+        )
+        return total, how
+
+
+def _fingerprint(rung: int, segments: Sequence[Mapping[str, Any]]) -> str:
+    """``sha256:<hex>`` of what a rung trains: each segment's trial, budget and checkpoint."""
+    import hashlib
+    import json
+
+    trained = [
+        {k: s["trial"].get(k) for k in ("id", "budget", "previous_budget", "resume_from")} for s in segments
+    ]
+    text = json.dumps({"rung": rung, "segments": trained}, sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 class TorchXSweepPromoteOperator(TorchXPromoteOperator):
@@ -271,12 +454,28 @@ class TorchXSweepPromoteOperator(TorchXPromoteOperator):
         self.segment_task_ids = list(segment_task_ids)
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        from torchx_airflow.lineage.promotion import recorded_metrics
+
         ti = context["ti"]
         for task_id in reversed(self.segment_task_ids):
             count = ti.get_ti_count(dag_id=ti.dag_id, task_ids=[task_id], run_ids=[ti.run_id])
             values = ti.xcom_pull(task_ids=task_id, map_indexes=list(range(count))) if count else []
-            if any(isinstance(v, Mapping) and v.get("state") == "SUCCEEDED" for v in values or []):
+            if any(
+                isinstance(v, Mapping)
+                and v.get("state") == "SUCCEEDED"
+                and finite(recorded_metrics(v).get(self.objective)) is not None
+                for v in values or []
+            ):
                 self.runs_of = task_id
                 break
+        else:  # no rung has a segment that recorded the objective: nothing to promote
+            why = (
+                f"No segment of the sweep succeeded with a value of {self.objective!r}: nothing is promoted "
+                "(the plans' logs say why: a budget stopped it, or every trial failed)"
+            )
+            self.log.warning("%s", why)
+            raise AirflowSkipException(why)
         self.log.info("Promoting the best trial of %s", self.runs_of)
         return super().execute(context)

@@ -3,10 +3,27 @@ where each resumes from, and when the budget stops the sweep. Airflow's XCom is 
 
 from __future__ import annotations
 
-import pytest
+import datetime
+import json
+from types import SimpleNamespace
 
+import pytest
+from airflow.sdk import Asset
+from airflow.sdk.exceptions import AirflowSkipException, TaskAwaitingInput
+from airflow.sdk.execution_time import hitl
+
+from torchx_airflow.exceptions import TorchXConfigError
 from torchx_airflow.lineage.keys import XCOM_LINEAGE_PARENTS, XCOM_RUN_ID, XCOM_SUBMITTED_APP
-from torchx_airflow.sweeps.tasks import RESULT_TRIAL, XCOM_SWEEP, TorchXSweepError, TorchXSweepPlanOperator
+from torchx_airflow.operators.promote import TorchXPromoteOperator
+from torchx_airflow.policies.cost.approval import ASKED_KEY
+from torchx_airflow.sweeps.tasks import (
+    RESULT_TRIAL,
+    XCOM_SEGMENT_SPENT,
+    XCOM_SWEEP,
+    TorchXSweepError,
+    TorchXSweepPlanOperator,
+    TorchXSweepPromoteOperator,
+)
 
 TRIALS = [{"lr": lr} for lr in (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)]
 
@@ -150,3 +167,184 @@ def test_a_checkpoint_path_is_handed_on_as_checked_without_dot_dot():
     xcoms[("s.rung_0", "return_value", 3)]["artifacts"]["checkpoint"]["path"] = "/out/t3/../t0/ckpt.pt"
     segments = _plan(1).execute({"ti": FakeTI(xcoms)})
     assert [s["trial"]["resume_from"] for s in segments] == ["/out/t1/ckpt.pt", None]
+
+
+# --- pricing before a rung trains, approvals, failed segments' spending, the promotion's rung ---
+
+AT = datetime.datetime(2026, 11, 28, 1, 0, tzinfo=datetime.timezone.utc)
+APPROVER = {"id": "7", "name": "approver"}
+PARTS = {"component": "utils.python", "component_args": ["--cpu", "{{ trial.cpu }}", "-c", "print(1)"]}
+
+
+@pytest.fixture
+def priced(monkeypatch):
+    """The default torchx connection with a price table of 1.0 a CPU hour (and ``approval``'s
+    settings when a test sets them), and a fake of Airflow's call that writes an approval request."""
+    requests: list[dict] = []
+    monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **request: requests.append(request))
+
+    def connect(**extra):
+        conn = {
+            "conn_type": "torchx",
+            "extra": {"scheduler": "local_cwd", "prices": {"cpu_hour": 1.0}, **extra},
+        }
+        monkeypatch.setenv("AIRFLOW_CONN_TORCHX_DEFAULT", json.dumps(conn))
+        return requests
+
+    return connect
+
+
+def _priced_plan(rung: int, **kwargs) -> TorchXSweepPlanOperator:
+    plan = _plan(rung, unit_duration=3600, app_parts=PARTS, **kwargs)
+    plan.trials = [{**t, "cpu": 1 + i % 2} for i, t in enumerate(TRIALS)]  # 1, 2, 1, 2, 1, 2 CPUs
+    return plan
+
+
+def _context(ti, requester=None) -> dict:
+    ti.id = "ti-1"
+    return {"ti": ti, "dag_run": SimpleNamespace(triggering_user_name=requester)}
+
+
+def test_the_first_rung_is_priced_from_each_trial_s_request_before_it_trains(priced):
+    priced()
+    ti = FakeTI({})
+    segments = _priced_plan(0, max_cost=9.0).execute(_context(ti))  # 3 x 1 + 3 x 2 CPU hours = 9
+    assert len(segments) == 6 and all(s["expected_duration"] == 3600 for s in segments)
+    ti = FakeTI({})
+    assert _priced_plan(0, max_cost=8.9).execute(_context(ti)) == []
+    assert "rung 0 (6 trials to 1) would cost about 9.0000 more" in ti.pushed[XCOM_SWEEP]["stopped"]
+
+
+def test_a_first_rung_that_cannot_be_priced_fails_before_anything_trains_naming_the_price_table(monkeypatch):
+    conn = {"conn_type": "torchx", "extra": {"scheduler": "local_cwd"}}
+    monkeypatch.setenv("AIRFLOW_CONN_TORCHX_DEFAULT", json.dumps(conn))
+    with pytest.raises(TorchXConfigError, match="needs a price table"):
+        _priced_plan(0, max_cost=9.0).execute(_context(FakeTI({})))
+
+
+def test_trials_whose_segment_recorded_no_cost_are_priced_from_their_request(priced):
+    priced()
+    ti = FakeTI(_rung0([0.5, 0.2, 0.4, 0.1, 0.9, 0.3]))  # no cost recorded; t1 (2 CPUs) and t3 (2) go on
+    assert _priced_plan(1, max_cost=11.9).execute(_context(ti)) == []  # 2 x 2 CPU x 3 h = 12
+    assert "would cost about 12.0000 more" in ti.pushed[XCOM_SWEEP]["stopped"]
+    assert (
+        len(_priced_plan(1, max_cost=12).execute(_context(FakeTI(_rung0([0.5, 0.2, 0.4, 0.1, 0.9, 0.3])))))
+        == 2
+    )
+
+
+def test_what_a_failed_segment_spent_counts(priced):
+    priced()
+    xcoms = _rung0([0.5, 0.2, None, 0.1, 0.9, 0.3], cost=1.0)
+    del xcoms[("s.rung_0", "return_value", 2)]  # its task failed: no result, what it spent pushed
+    xcoms[("s.rung_0", XCOM_SEGMENT_SPENT, 2)] = {"cost": {"actual": {"total": 4.0}}}
+    ti = FakeTI(xcoms)
+    assert len(_priced_plan(1, max_cost=100).execute(_context(ti))) == 2
+    assert ti.pushed[XCOM_SWEEP]["spent"] == 9.0  # 5 x 1.0 + 4.0
+
+
+def _over(priced_conn, answer=None, asked=None, requester=None):
+    """Rung 1 of a sweep that spent 6.0, at 2 x 3 x 1.0 more, past max_cost=10."""
+    ti = FakeTI(_rung0([0.5, 0.2, 0.4, 0.1, 0.9, 0.3], cost=1.0))
+    plan = _priced_plan(1, max_cost=10)
+    parked = {} if asked is None else {ASKED_KEY: asked}
+    return ti, plan.execute(_context(ti, requester), event=answer, **parked)
+
+
+def test_a_rung_past_the_budget_asks_the_approvers_and_trains_once_approved(priced):
+    requests = priced(cost_approval_timeout=600, cost_approvers=[APPROVER])
+    with pytest.raises(TaskAwaitingInput) as parked:
+        _over(priced)
+    (request,) = requests
+    assert request["subject"].startswith("Approve rung 1 of sweep 's': 2 trials to 3, about 6.0000")
+    assert request["assigned_users"] == [APPROVER] and request["defaults"] == ["Reject"]
+    assert "t1, t3" in request["body"]
+    asked = parked.value.kwargs[ASKED_KEY]
+    answer = {"chosen_options": ["Approve"], "responded_at": AT, "responded_by_user": APPROVER}
+    ti, segments = _over(priced, answer, asked)
+    assert [s["trial"]["id"] for s in segments] == ["t1", "t3"]
+    (approval,) = ti.pushed[XCOM_SWEEP]["approvals"]
+    assert approval["rung"] == 1 and approval["approved_by"] == APPROVER and approval["estimate"] == 12.0
+    assert "stopped" not in ti.pushed[XCOM_SWEEP]
+
+
+@pytest.mark.parametrize(
+    ("answer", "changed", "why"),
+    [
+        (
+            {"chosen_options": ["Reject"], "responded_at": AT, "responded_by_user": APPROVER},
+            False,
+            "rejected it",
+        ),
+        ({"error_type": "timeout"}, False, "no approver answered within 600 s"),
+        (
+            {"chosen_options": ["Approve"], "responded_at": AT, "responded_by_user": APPROVER},
+            True,
+            "the rung changed",
+        ),
+        (
+            {
+                "chosen_options": ["Approve"],
+                "responded_at": AT,
+                "responded_by_user": {"id": "9", "name": "me"},
+            },
+            False,
+            "they triggered this DAG run",
+        ),
+    ],
+)
+def test_a_rung_not_approved_stops_the_sweep_saying_why(priced, answer, changed, why):
+    priced(cost_approval_timeout=600)
+    with pytest.raises(TaskAwaitingInput) as parked:
+        _over(priced, requester="me")
+    asked = dict(parked.value.kwargs[ASKED_KEY])
+    if changed:  # approved for other segments than the plan would train now
+        asked["rung_fingerprint"] = "sha256:" + "0" * 64
+    ti, segments = _over(priced, answer, asked, requester="me")
+    assert segments == []
+    assert why in ti.pushed[XCOM_SWEEP]["stopped"] and "past max_cost=10" in ti.pushed[XCOM_SWEEP]["stopped"]
+
+
+class PromoteTI(FakeTI):
+    dag_id, run_id = "d", "r"
+
+    def get_ti_count(self, dag_id, task_ids, run_ids):
+        return sum(
+            1 for (task, key, i) in self.xcoms if task == task_ids[0] and key == "return_value" and i >= 0
+        )
+
+
+@pytest.mark.parametrize(
+    ("top", "promoted"),
+    [
+        ({"state": "SUCCEEDED", "metrics": {"loss": 0.1}}, "s.rung_2"),
+        ({"state": "SUCCEEDED", "metrics": {}}, "s.rung_1"),  # the top rung logged no objective
+        ({"state": "FAILED", "metrics": {"loss": 0.1}}, "s.rung_1"),
+    ],
+)
+def test_promote_takes_the_highest_rung_whose_segment_recorded_the_objective(monkeypatch, top, promoted):
+    xcoms = {("s.rung_1", "return_value", 0): {"state": "SUCCEEDED", "metrics": {"loss": 0.2}}}
+    xcoms[("s.rung_2", "return_value", 0)] = top
+    monkeypatch.setattr(TorchXPromoteOperator, "execute", lambda self, context: {"runs_of": self.runs_of})
+    promote = TorchXSweepPromoteOperator(
+        task_id="promote",
+        segment_task_ids=["s.rung_0", "s.rung_1", "s.rung_2"],
+        objective="loss",
+        mode="min",
+        artifact="model",
+        asset=Asset("model://x"),
+    )
+    assert promote.execute({"ti": PromoteTI(xcoms)}) == {"runs_of": promoted}
+
+
+def test_promote_skips_when_no_segment_recorded_the_objective(monkeypatch):
+    promote = TorchXSweepPromoteOperator(
+        task_id="promote",
+        segment_task_ids=["s.rung_0"],
+        objective="loss",
+        mode="min",
+        artifact="model",
+        asset=Asset("model://x"),
+    )
+    with pytest.raises(AirflowSkipException, match="nothing is promoted"):
+        promote.execute({"ti": PromoteTI({})})
