@@ -200,55 +200,56 @@ def test_the_requester_cannot_approve_their_own_run(stack, runs):
     assert "Submitted TorchX app" not in log
 
 
-def _answer_rung(stack: AirflowStack, run_id: str, option: str) -> dict:
-    """The approver answers ``option`` to the sweep's first plan, once it waits, checking its request."""
-    ti = stack.wait_ti(
-        SWEEP_DAG, run_id, "sweep.plan_0", ("awaiting_input", "failed", "success"), timeout=600
-    )
-    assert ti["state"] == "awaiting_input", stack.log(SWEEP_DAG, run_id, "sweep.plan_0", 1)[-3000:]
-    request = stack.api("GET", _hitl_path(SWEEP_DAG, run_id, "sweep.plan_0"))
-    # 3 trials x (1 CPU x 0.04 + 1 GB x 0.01) for an hour (unit_duration 3600 s x 1 epoch)
-    assert request["subject"] == (
-        "Approve rung 0 of sweep 'sweep': 3 trials to 1, about 0.1500 EUR more, past max_cost 0.01 EUR?"
-    )
-    assert "**Rung fingerprint**: `sha256:" in request["body"] and "t0, t1, t2" in request["body"]
+def _answer_rung(stack: AirflowStack, run_id: str, rung: int, option: str, subject: str) -> dict:
+    """The approver answers ``option`` to the sweep's plan of ``rung`` once it waits, checking that
+    its request reads ``subject`` and that nothing of the rung trains while it waits."""
+    task_id = f"sweep.plan_{rung}"
+    ti = stack.wait_ti(SWEEP_DAG, run_id, task_id, ("awaiting_input", "failed", "success"), timeout=600)
+    assert ti["state"] == "awaiting_input", stack.log(SWEEP_DAG, run_id, task_id, 1)[-3000:]
+    request = stack.api("GET", _hitl_path(SWEEP_DAG, run_id, task_id))
+    assert request["subject"] == subject
+    assert "**Rung fingerprint**: `sha256:" in request["body"]
+    assert ("t0 (lr=0.01); t1 (lr=0.03); t2 (lr=0.1)" if rung == 0 else "t2 (lr=0.1)") in request["body"]
     assert [u["id"] for u in request["assigned_users"]] == [APPROVER]
-    # nothing trains while it waits
-    assert stack.xcom(SWEEP_DAG, run_id, "sweep.rung_0", "return_value", map_index=0) is None
-    _parked(stack, SWEEP_DAG, run_id, "sweep.plan_0")
+    assert stack.xcom(SWEEP_DAG, run_id, f"sweep.rung_{rung}", "return_value", map_index=0) is None
+    _parked(stack, SWEEP_DAG, run_id, task_id)
     answer = {"chosen_options": [option], "params_input": {}}
-    return stack.api(
-        "PATCH", _hitl_path(SWEEP_DAG, run_id, "sweep.plan_0"), answer, token=stack.token_of(APPROVER)
-    )
+    return stack.api("PATCH", _hitl_path(SWEEP_DAG, run_id, task_id), answer, token=stack.token_of(APPROVER))
 
 
-def test_a_sweep_over_its_budget_asks_before_a_rung_and_trains_it_only_when_approved(stack):
-    approved = stack.trigger(SWEEP_DAG)
-    _answer_rung(stack, approved, "Approve")
-    assert stack.wait_run(SWEEP_DAG, approved, timeout=900) == "success"
-    segments = stack.xcom(SWEEP_DAG, approved, "sweep.plan_0", "return_value")
+# 3 trials x (1 CPU x 0.04 + 1 GB x 0.01) for an hour (unit_duration 3600 s x 1 epoch)
+RUNG_0 = "Approve rung 0 of sweep 'sweep': 3 trials to 1, about 0.1500 EUR more, past max_cost 0.01 EUR?"
+# the best trial's app for 3 epochs (what its one-epoch segment recorded it spent is far less)
+RUNG_1 = "Approve rung 1 of sweep 'sweep': 1 trials to 3, about 0.1500 EUR more, past max_cost 0.01 EUR?"
+
+
+def test_a_sweep_over_its_budget_asks_before_each_rung_and_trains_only_what_is_approved(stack):
+    run_id = stack.trigger(SWEEP_DAG)
+    _answer_rung(stack, run_id, 0, "Approve", RUNG_0)
+    _answer_rung(stack, run_id, 1, "Reject", RUNG_1)
+    assert stack.wait_run(SWEEP_DAG, run_id, timeout=900) == "success"
+    segments = stack.xcom(SWEEP_DAG, run_id, "sweep.plan_0", "return_value")
     assert [s["trial"]["id"] for s in segments] == ["t0", "t1", "t2"]
-    state = stack.xcom(SWEEP_DAG, approved, "sweep.plan_0", "torchx_sweep")
-    (approval,) = state["approvals"]
+    (approval,) = stack.xcom(SWEEP_DAG, run_id, "sweep.plan_0", "torchx_sweep")["approvals"]
     assert approval["approved_by"]["name"] == APPROVER and approval["requested_by"] == "admin"
     assert (approval["rung"], approval["estimate"], approval["currency"]) == (0, 0.15, "EUR")
+    assert f"{APPROVER} approved rung 0 past max_cost" in stack.log(SWEEP_DAG, run_id, "sweep.plan_0", 1)
     for i in range(3):
-        result = stack.xcom(SWEEP_DAG, approved, "sweep.rung_0", "return_value", map_index=i)
+        result = stack.xcom(SWEEP_DAG, run_id, "sweep.rung_0", "return_value", map_index=i)
         assert result["state"] == "SUCCEEDED" and result["cost"]["estimate"]["duration_s"] == 3600
-    log = stack.log(SWEEP_DAG, approved, "sweep.plan_0", 1)
-    assert f"{APPROVER} approved rung 0 past max_cost" in log
-    promoted = stack.xcom(SWEEP_DAG, approved, "sweep.promote", "return_value")
-    # what rung 0 spent (seconds of 0.05 EUR an hour) leaves rung 1 within the budget: no second question
-    later = stack.xcom(SWEEP_DAG, approved, "sweep.plan_1", "torchx_sweep")
-    assert [a["rung"] for a in later["approvals"]] == [0] and 0 < later["spent"] < 0.01
-    assert promoted["path"].endswith("/r1/model.txt")
+    # rung 1 was rejected: the sweep stops and promotes the best trial after one epoch
+    assert stack.xcom(SWEEP_DAG, run_id, "sweep.plan_1", "return_value") == []
+    stopped = stack.xcom(SWEEP_DAG, run_id, "sweep.plan_1", "torchx_sweep")["stopped"]
+    assert "rung 1 (1 trials to 3) would cost about 0.1500 more, past max_cost=0.01" in stopped
+    assert f"the approval was refused: {APPROVER} (id {APPROVER}) rejected it at" in stopped
+    promoted = stack.xcom(SWEEP_DAG, run_id, "sweep.promote", "return_value")
+    assert promoted["path"].endswith("/r0/model.txt")
 
-    rejected = stack.trigger(SWEEP_DAG)
-    _answer_rung(stack, rejected, "Reject")
+    rejected = stack.trigger(SWEEP_DAG)  # rejected before the first rung: nothing trains
+    _answer_rung(stack, rejected, 0, "Reject", RUNG_0)
     assert stack.wait_run(SWEEP_DAG, rejected, timeout=600) == "success"
     assert stack.xcom(SWEEP_DAG, rejected, "sweep.plan_0", "return_value") == []
     stopped = stack.xcom(SWEEP_DAG, rejected, "sweep.plan_0", "torchx_sweep")["stopped"]
     assert "rung 0 (3 trials to 1) would cost about 0.1500 more, past max_cost=0.01" in stopped
-    assert f"the approval was refused: {APPROVER} (id {APPROVER}) rejected it at" in stopped
     assert stack.ti(SWEEP_DAG, rejected, "sweep.promote")["state"] == "skipped"
     assert "nothing is promoted" in stack.log(SWEEP_DAG, rejected, "sweep.promote", 1)

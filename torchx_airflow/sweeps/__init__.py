@@ -23,6 +23,7 @@ Importing this module imports no TorchX scheduler, MLflow, s3fs or docker module
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -96,9 +97,9 @@ def torchx_sweep(
     if not isinstance(objective, str) or not objective:
         raise TorchXInputError(f"{where}: objective={objective!r} must name the metric each job records.")
     if max_cost is not None and (
-        isinstance(max_cost, bool) or not isinstance(max_cost, int | float) or max_cost <= 0
+        isinstance(max_cost, bool) or not isinstance(max_cost, int | float) or not 0 < max_cost < math.inf
     ):
-        raise TorchXInputError(f"{where}: max_cost={max_cost!r} must be a positive number or None.")
+        raise TorchXInputError(f"{where}: max_cost={max_cost!r} must be a positive finite number or None.")
     owned = sorted(_SWEEP_OWNS & set(trial_kwargs))
     if owned:
         raise TorchXInputError(
@@ -108,7 +109,9 @@ def torchx_sweep(
     if isinstance(unit_duration, timedelta):
         unit_duration = unit_duration.total_seconds()
     if unit_duration is not None and (
-        isinstance(unit_duration, bool) or not isinstance(unit_duration, int | float) or unit_duration <= 0
+        isinstance(unit_duration, bool)
+        or not isinstance(unit_duration, int | float)
+        or not 0 < unit_duration < math.inf
     ):
         raise TorchXInputError(
             f"{where}: unit_duration={unit_duration!r} must be positive seconds (or a timedelta) that one "

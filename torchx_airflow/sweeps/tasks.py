@@ -63,11 +63,20 @@ def _own_trial(result: Any, planned: Mapping[str, Any], count: int) -> Mapping[s
     return planned
 
 
-def cost_spent(result: Any) -> float:
-    """What a segment's worker recorded it spent: its cost's total (0 for a cache hit, 0 without)."""
-    cost = result.get("cost") if isinstance(result, Mapping) else None
+def cost_spent(result: Any) -> float | None:
+    """What a segment's worker recorded it spent: its last job's cost, plus what each earlier attempt
+    of it (a job the infrastructure ended, resubmitted) recorded; 0 for a cache hit; None when the
+    worker recorded no cost at all."""
+    if not isinstance(result, Mapping):
+        return None
+    cost = result.get("cost")
     total = cost_total(cost) if isinstance(cost, Mapping) else finite(cost)
-    return total or 0.0
+    attempts = result.get("attempts")
+    for attempt in attempts[:-1] if isinstance(attempts, list) else []:  # the last one is ``cost``
+        earlier = cost_total(attempt.get("cost")) if isinstance(attempt, Mapping) else None
+        if earlier is not None:
+            total = (total or 0.0) + earlier
+    return total
 
 
 def cost_of_training(result: Any) -> float | None:
@@ -129,11 +138,11 @@ class TorchXSweepPlanOperator(BaseOperator):
             segments = [self._segment(i, budget, 0, None, None) for i in range(len(self.trials))]
             state: dict[str, Any] = {"spent": 0.0}
             if self.max_cost is not None:
-                priced = self._requested(context, range(len(self.trials)), budget)
+                priced = self._requested(context, dict.fromkeys(range(len(self.trials)), budget))
                 if not priced:
                     raise TorchXConfigError(
                         f"Task {self.task_id!r}: the sweep has max_cost={self.max_cost!r}, but its first "
-                        f"rung cannot be priced: connection {self.torchx_conn_id or 'torchx_default'!r} "
+                        f"rung cannot be priced: connection {self._conn_id(context)!r} "
                         'needs a price table in its extra (e.g. {"prices": {"cpu_hour": 0.05}}) and the '
                         "sweep unit_duration (seconds one unit of budget takes). Or remove max_cost."
                     )
@@ -173,9 +182,29 @@ class TorchXSweepPlanOperator(BaseOperator):
         trials = [_own_trial(results[i], before[i]["trial"], len(self.trials)) for i in indexes]
         recorded = [self._value(result) for result in results]
         # what each segment spent: its result's, else (its task failed) what its worker pushed
-        state["spent"] = float(state.get("spent") or 0.0) + sum(
+        spent = [
             cost_spent(r if isinstance(r, Mapping) else f) for r, f in zip(results, failed_spent, strict=True)
-        )
+        ]
+        if self.max_cost is not None:  # none recorded (a job whose end its task never saw): its estimate
+            unknown = {
+                int(before[i]["trial"]["index"]): float(before[i]["trial"]["budget"])
+                - float(before[i]["trial"].get("previous_budget") or 0)
+                for i in indexes
+                if spent[i] is None and not isinstance(results[i], Mapping)
+            }
+            priced = self._requested(context, unknown, rung=self.rung - 1) if unknown else {}
+            for i in indexes:
+                index = int(before[i]["trial"]["index"])
+                if spent[i] is None and index in priced:
+                    spent[i] = priced[index].total
+                    self.log.warning(
+                        "Segment %s of trial %s recorded no cost (its task failed before it saw its job "
+                        "end): counted at its estimate, %.4f",
+                        i,
+                        before[i]["trial"]["id"],
+                        priced[index].total,
+                    )
+        state["spent"] = float(state.get("spent") or 0.0) + sum(x or 0.0 for x in spent)
         keep = survivors(len(trials), self.reduction_factor)
         chosen = sorted(choose([(i, v) for i, v in enumerate(recorded)], keep, self.mode))
         for i, trial in enumerate(trials):
@@ -205,12 +234,17 @@ class TorchXSweepPlanOperator(BaseOperator):
         self.log.info("Rung %d trains %d of %d trials to %s", self.rung, len(segments), len(trials), budget)
         return self._publish(ti, segments, state)
 
-    def _settings(self) -> Any:
-        """The torchx connection's settings (its price table, its approvers)."""
+    def _conn_id(self, context: Context) -> str:
+        """The segments' torchx connection (its template rendered as theirs is)."""
         from torchx_airflow.hooks import TORCHX_DEFAULT_CONN_ID
+
+        return str(self.render_template(self.torchx_conn_id or TORCHX_DEFAULT_CONN_ID, context))
+
+    def _settings(self, context: Context) -> Any:
+        """The torchx connection's settings (its price table, its approvers)."""
         from torchx_airflow.hooks.torchx import TorchXHook
 
-        return TorchXHook(self.torchx_conn_id or TORCHX_DEFAULT_CONN_ID).settings
+        return TorchXHook(self._conn_id(context)).settings
 
     def _within_budget(
         self,
@@ -250,7 +284,7 @@ class TorchXSweepPlanOperator(BaseOperator):
             f"rung {self.rung} ({n} trials to {budget}) would cost about {estimate:.4f} more, past "
             f"max_cost={max_cost:g} with {spent:.4f} spent"
         )
-        settings = self._settings()
+        settings = self._settings(context)
         timeout_s = settings.cost_approval_timeout
         if timeout_s is None:
             self.log.warning("Sweep stops: %s: the best trial so far is promoted", why)
@@ -269,7 +303,7 @@ class TorchXSweepPlanOperator(BaseOperator):
             "estimate": round(spent + estimate, 6),
             "max_cost": max_cost,
             "currency": currency,
-            "rung_fingerprint": _fingerprint(self.rung, segments),
+            "rung_fingerprint": self._fingerprint(segments, settings),
         }
         sweep = self.segment_task_ids[0].rsplit(".", 1)[0]
         subject = (
@@ -278,7 +312,7 @@ class TorchXSweepPlanOperator(BaseOperator):
         )
         body = (
             f"**Spent so far**: {spent:.4f} {currency}\n\n**This rung**: {how}\n\n"
-            f"**Trials**: {', '.join(str(s['trial']['id']) for s in segments)}\n\n"
+            f"**Trials**: {'; '.join(_described(s['trial']) for s in segments)}\n\n"
             f"**Rung fingerprint**: `{now['rung_fingerprint']}`\n\n"
             f"{APPROVE} trains this rung at this estimate (if what it trains has changed when the plan "
             f"resumes, it does not). {REJECT}, or no answer within {timeout_s:g} s, stops the sweep: the "
@@ -292,7 +326,7 @@ class TorchXSweepPlanOperator(BaseOperator):
                 resumed,
                 requester_of(context),
                 settings,
-                self.torchx_conn_id or "torchx_default",
+                self._conn_id(context),
                 self.log,
             )
         except TorchXCostApprovalError as e:
@@ -303,19 +337,55 @@ class TorchXSweepPlanOperator(BaseOperator):
         self.log.warning("%s approved rung %d past max_cost at %s", who, self.rung, approval["responded_at"])
         return {**state, "approvals": [*state.get("approvals", []), {"rung": self.rung, **approval}]}
 
-    def _requested(self, context: Context, indexes: Any, budget: float) -> dict[int, Any]:
-        """Per trial, the cost of what its app requests for ``unit_duration`` x the budget it trains
-        (``CostEstimate``); {} without ``unit_duration`` or a price table."""
+    def _fingerprint(self, segments: Sequence[Mapping[str, Any]], settings: Any) -> str:
+        """``sha256:<hex>`` of what the rung trains and how it was priced: each segment's trial (its
+        parameters, budget and checkpoint), what its app is built from, ``unit_duration``, the price
+        table, the connection and ``max_cost`` (what an approver approved, and nothing else)."""
+        import dataclasses
+        import hashlib
+        import json
+        import re
+
+        from airflow.sdk.log import redact
+
+        from torchx_airflow.apps import json_safe
+
+        fields = ("id", "params", "budget", "previous_budget", "resume_from")
+        doc = {
+            "rung": self.rung,
+            "segments": [{k: s["trial"].get(k) for k in fields} for s in segments],
+            "app": json_safe(
+                {
+                    k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) and not isinstance(v, type) else v
+                    for k, v in self.app_parts.items()
+                }
+            ),
+            "unit_duration": self.unit_duration,
+            "prices": settings.prices.describe() if settings.prices is not None else None,
+            "conn_id": self.torchx_conn_id,
+            "max_cost": self.max_cost,
+        }
+        text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+        text = str(redact(re.sub(r" at 0x[0-9a-fA-F]+", "", text)))  # no object's address: another process
+        return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    def _requested(
+        self, context: Context, units: Mapping[int, float], rung: int | None = None
+    ) -> dict[int, Any]:
+        """Per trial index of ``units`` (index -> units of budget it trains), the cost of what its app
+        requests (its templates rendered for the trial, at ``rung``: default this plan's) for
+        ``unit_duration`` seconds a unit (``CostEstimate``); {} without ``unit_duration`` or a price
+        table."""
         from torchx_airflow.apps import build_task_app
         from torchx_airflow.policies.cost.pricing import estimate_cost, requested_resources
 
-        prices = self._settings().prices
+        prices = self._settings(context).prices
         if self.unit_duration is None or prices is None or not self.app_parts:
             return {}
+        rung = self.rung if rung is None else rung
         priced = {}
-        for i in indexes:
-            trial = self._segment(i, budget, self.rung, None, None)["trial"]
-            seconds = self.unit_duration * float(budget)
+        for i, trained in units.items():
+            trial = self._segment(i, self.budgets[rung], rung, None, None)["trial"]
             parts, seen = dict(self.app_parts), {**dict(context), "trial": trial_view(trial)}
             for name in ("component", "component_args"):  # what decides the resources it requests
                 parts[name] = self.render_template(parts.get(name), seen)  # type: ignore[arg-type]
@@ -323,8 +393,8 @@ class TorchXSweepPlanOperator(BaseOperator):
             priced[i] = estimate_cost(
                 requested_resources(app),
                 prices,
-                seconds,
-                f"unit_duration {self.unit_duration:g} s x {budget}",
+                self.unit_duration * float(trained),
+                f"unit_duration {self.unit_duration:g} s x {trained:g}",
             )
         return priced
 
@@ -411,38 +481,32 @@ class TorchXSweepPlanOperator(BaseOperator):
             trained = float(trial["budget"]) - float(trial.get("previous_budget") or 0)
             if cost is not None:
                 units[i] = cost / trained if trained > 0 else cost
-        missing = [i for i in chosen if i not in units]
-        requested = (
-            self._requested(context, [int(trials[i]["index"]) for i in missing], budget) if missing else {}
-        )
-        from_request = {
+        # what each chosen trial's app requests is the floor: a job that ended early is not cheaper
+        requested = self._requested(context, {int(trials[i]["index"]): float(budget) for i in chosen})
+        floor = {
             i: requested[int(trials[i]["index"])].total
-            for i in missing
+            for i in chosen
             if int(trials[i]["index"]) in requested
         }
-        if not units and len(from_request) < len(missing):
+        missing = [i for i in chosen if i not in units and i not in floor]
+        if missing and not units:
             return None, f"no segment of rung {self.rung - 1} recorded a cost"
         dearest = max(units.values(), default=0.0)
         total = sum(
-            units[i] * float(budget) if i in units else from_request.get(i, dearest * float(budget))
+            max(units.get(i, dearest if i in missing else 0.0) * float(budget), floor.get(i, 0.0))
             for i in chosen
         )
-        how = f"{len(chosen)} trials x {budget} units at the cost per unit their last segment recorded" + (
-            f" ({len(from_request)} priced from their app's request)" if from_request else ""
+        how = (
+            f"{len(chosen)} trials x {budget} units, each at the higher of the cost per unit its last "
+            "segment recorded and what its app requests for unit_duration a unit"
         )
         return total, how
 
 
-def _fingerprint(rung: int, segments: Sequence[Mapping[str, Any]]) -> str:
-    """``sha256:<hex>`` of what a rung trains: each segment's trial, budget and checkpoint."""
-    import hashlib
-    import json
-
-    trained = [
-        {k: s["trial"].get(k) for k in ("id", "budget", "previous_budget", "resume_from")} for s in segments
-    ]
-    text = json.dumps({"rung": rung, "segments": trained}, sort_keys=True, separators=(",", ":"))
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+def _described(trial: Mapping[str, Any]) -> str:
+    """A trial as an approver reads it: its id and parameters."""
+    params = ", ".join(f"{k}={v}" for k, v in (trial.get("params") or {}).items())
+    return f"{trial.get('id')} ({params})"
 
 
 class TorchXSweepPromoteOperator(TorchXPromoteOperator):

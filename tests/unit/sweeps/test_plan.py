@@ -23,6 +23,7 @@ from torchx_airflow.sweeps.tasks import (
     TorchXSweepError,
     TorchXSweepPlanOperator,
     TorchXSweepPromoteOperator,
+    cost_spent,
 )
 
 TRIALS = [{"lr": lr} for lr in (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)]
@@ -244,7 +245,7 @@ def test_what_a_failed_segment_spent_counts(priced):
 
 
 def _over(priced_conn, answer=None, asked=None, requester=None):
-    """Rung 1 of a sweep that spent 6.0, at 2 x 3 x 1.0 more, past max_cost=10."""
+    """Rung 1 of a sweep that spent 6.0, at 2 x 2 CPUs x 3 h (their request) more, past max_cost=10."""
     ti = FakeTI(_rung0([0.5, 0.2, 0.4, 0.1, 0.9, 0.3], cost=1.0))
     plan = _priced_plan(1, max_cost=10)
     parked = {} if asked is None else {ASKED_KEY: asked}
@@ -256,15 +257,16 @@ def test_a_rung_past_the_budget_asks_the_approvers_and_trains_once_approved(pric
     with pytest.raises(TaskAwaitingInput) as parked:
         _over(priced)
     (request,) = requests
-    assert request["subject"].startswith("Approve rung 1 of sweep 's': 2 trials to 3, about 6.0000")
+    # each at its app's request (2 CPUs x 3 h = 6.0), over what its one-epoch segment recorded (3 x 1.0)
+    assert request["subject"].startswith("Approve rung 1 of sweep 's': 2 trials to 3, about 12.0000")
     assert request["assigned_users"] == [APPROVER] and request["defaults"] == ["Reject"]
-    assert "t1, t3" in request["body"]
+    assert "t1 (lr=0.03, cpu=2); t3 (lr=0.3, cpu=2)" in request["body"]
     asked = parked.value.kwargs[ASKED_KEY]
     answer = {"chosen_options": ["Approve"], "responded_at": AT, "responded_by_user": APPROVER}
     ti, segments = _over(priced, answer, asked)
     assert [s["trial"]["id"] for s in segments] == ["t1", "t3"]
     (approval,) = ti.pushed[XCOM_SWEEP]["approvals"]
-    assert approval["rung"] == 1 and approval["approved_by"] == APPROVER and approval["estimate"] == 12.0
+    assert approval["rung"] == 1 and approval["approved_by"] == APPROVER and approval["estimate"] == 18.0
     assert "stopped" not in ti.pushed[XCOM_SWEEP]
 
 
@@ -348,3 +350,56 @@ def test_promote_skips_when_no_segment_recorded_the_objective(monkeypatch):
     )
     with pytest.raises(AirflowSkipException, match="nothing is promoted"):
         promote.execute({"ti": PromoteTI({})})
+
+
+def test_what_a_segment_spent_counts_its_earlier_attempts():
+    result = {
+        "cost": {"actual": {"total": 1.0}},
+        "attempts": [{"app_handle": "a", "cost": {"actual": {"total": 5.0}}}, {"app_handle": "b"}],
+    }
+    assert cost_spent(result) == 6.0
+    assert cost_spent({"cost": 0.0, "cache_hit": True}) == 0.0
+    assert cost_spent({"state": "SUCCEEDED"}) is None
+
+
+def test_a_segment_that_recorded_no_cost_at_all_counts_at_its_estimate(priced):
+    priced()
+    xcoms = _rung0([0.5, 0.2, None, 0.1, 0.9, 0.3], cost=1.0)
+    del xcoms[("s.rung_0", "return_value", 2)]  # its task timed out before it saw its job end
+    ti = FakeTI(xcoms)
+    assert len(_priced_plan(1, max_cost=100).execute(_context(ti))) == 2
+    assert ti.pushed[XCOM_SWEEP]["spent"] == 6.0  # 5 x 1.0 + t2's 1 CPU for one 3600 s epoch
+
+
+def test_a_job_that_recorded_a_low_cost_is_priced_at_no_less_than_its_app_requests(priced):
+    priced()
+    ti = FakeTI(_rung0([0.5, 0.2, 0.4, 0.1, 0.9, 0.3], cost=0.001))  # ended early, almost free
+    assert _priced_plan(1, max_cost=12.0).execute(_context(ti)) == []  # 0.006 + 2 x 2 CPU x 3 h > 12
+    assert "would cost about 12.0000 more" in ti.pushed[XCOM_SWEEP]["stopped"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda plan: plan.trials.__setitem__(1, {**plan.trials[1], "lr": 3e-5}),  # the search space
+        lambda plan: plan.app_parts.__setitem__("component_args", ["--cpu", "64", "-c", "print(1)"]),
+        lambda plan: setattr(plan, "unit_duration", 60),
+    ],
+)
+def test_an_approval_binds_what_the_rung_trains_and_how_it_was_priced(priced, change):
+    priced(cost_approval_timeout=600)
+    xcoms = _rung0([0.5, 0.2, 0.4, 0.1, 0.9, 0.3], cost=1.0)
+    plan = _priced_plan(1, max_cost=10)
+    with pytest.raises(TaskAwaitingInput) as parked:
+        plan.execute(_context(FakeTI(xcoms)))
+    asked = parked.value.kwargs[ASKED_KEY]
+    answer = {"chosen_options": ["Approve"], "responded_at": AT, "responded_by_user": APPROVER}
+    again = _priced_plan(1, max_cost=10)  # the DAG parsed again, changed
+    change(again)
+    ti = FakeTI(xcoms)
+    segments = again.execute(_context(ti), event=answer, **{ASKED_KEY: asked})
+    assert segments == [] and "the approval was refused" in ti.pushed[XCOM_SWEEP]["stopped"]
+    unchanged = _priced_plan(1, max_cost=10).execute(
+        _context(FakeTI(xcoms)), event=answer, **{ASKED_KEY: asked}
+    )
+    assert len(unchanged) == 2
