@@ -219,11 +219,11 @@ class AirflowStack:
             raise
         return entry["value"]
 
-    def log(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> str:
+    def log(self, dag_id: str, run_id: str, task_id: str, try_number: int, map_index: int = -1) -> str:
         reply = self.api(
             "GET",
             f"/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}/taskInstances/{task_id}/logs/{try_number}"
-            "?full_content=true",
+            f"?full_content=true&map_index={map_index}",
         )
         content = reply.get("content", "")
         if not isinstance(content, list):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from torchx_airflow.schedulers.slurm import sacct_window
@@ -44,3 +45,14 @@ def jobs_from(workdir: Path, since: str = "now-1days") -> dict[str, str]:
     run): other jobs on the cluster never count."""
     rows = sacct(*sacct_window(since), "-o", "JobID,State,WorkDir")
     return {job: state for job, state, path in rows if Path(path).resolve() == workdir.resolve()}
+
+
+def job_records(workdir: Path, fields: Sequence[str], since: str = "now-1days") -> dict[str, dict[str, str]]:
+    """Job id -> ``{field: value}`` (sacct's ``fields``, e.g. ``State``, ``Comment``, ``NodeList``) of every
+    job submitted from ``workdir``, as ``jobs_from`` selects them."""
+    rows = sacct(*sacct_window(since), "-o", ",".join(["JobID", *fields, "WorkDir"]))
+    return {
+        row[0]: dict(zip(fields, row[1:-1], strict=True))
+        for row in rows
+        if Path(row[-1]).resolve() == workdir.resolve()
+    }

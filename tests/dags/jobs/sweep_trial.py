@@ -2,6 +2,9 @@
 TORCHX_AIRFLOW_TRIAL from the checkpoint in TORCHX_AIRFLOW_RESUME_FROM (when it is its own trial's),
 burns 0.2 s of CPU an epoch it trains, and records val_loss, the epochs it trained, a checkpoint and
 a model.
+With ``--hold DIR`` it waits, before writing its outputs, while ``DIR/<trial id>-r<rung>`` exists (at most
+5 minutes): a test holds a segment's job running until it removes that file
+(tests/e2e/test_celery_kills.py kills the worker of a held segment).
 
 Its loss is a known curve per configuration: a learning rate of 0.1 learns fast and stops early
 (three of its configurations lead after one epoch), 0.03 learns slower and ends best, so the best
@@ -33,6 +36,7 @@ parser.add_argument("--lr", type=float, required=True)
 parser.add_argument("--width", type=int, required=True)
 parser.add_argument("--depth", type=int, required=True)
 parser.add_argument("--out", required=True)
+parser.add_argument("--hold", help="wait while HOLD/<trial id>-r<rung> exists (a test's gate)")
 args = parser.parse_args()
 trial = json.loads(os.environ["TORCHX_AIRFLOW_TRIAL"])
 budget = int(trial["budget"])
@@ -48,6 +52,12 @@ value = loss(args.lr, args.width, args.depth, budget)
 burn = time.process_time() + 0.2 * (budget - start)  # an epoch costs 0.2 s of CPU
 while time.process_time() < burn:
     pass
+if args.hold:
+    gate, deadline = Path(args.hold) / f"{trial['id']}-r{trial['rung']}", time.monotonic() + 300
+    if gate.exists():
+        print(f"trial {trial['id']} rung {trial['rung']}: held until {gate} is removed", flush=True)
+    while gate.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
 (out / "checkpoint.json").write_text(json.dumps({"trial": trial["id"], "epoch": budget}))
 (out / "model.txt").write_text(f"lr={args.lr} width={args.width} depth={args.depth} epochs={budget}")
 run = AppRun.run_from_env()
