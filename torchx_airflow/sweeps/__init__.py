@@ -82,7 +82,8 @@ def torchx_sweep(
     :param promote_to: the ``Asset`` the best trial's ``artifact`` is published to (None: no promotion).
     :param checkpoint_artifact: the artifact a continuing segment resumes from.
     :param trial_kwargs: any other ``TorchXOperator`` argument, for every segment (``component``,
-        ``component_args``, ``cache=True``, ``retries``...); templates see ``trial``.
+        ``component_args``, ``cache=True``, ``retries``...); templates see ``trial``. ``retries``
+        and ``retry_delay`` are the plans' and ``promote``'s too.
     """
     from airflow.sdk import TaskGroup
 
@@ -129,12 +130,15 @@ def torchx_sweep(
     for _ in budgets:
         counts.append(count)
         count = survivors(count, reduction_factor)
+    # a plan decides from the XComs of the tasks before it: retried on a worker's death, it decides alike
+    retrying = {k: trial_kwargs[k] for k in ("retries", "retry_delay") if k in trial_kwargs}
     plan_ids = [f"{sweep_id}.plan_{k}" for k in range(len(budgets))]
     segment_ids = [f"{sweep_id}.rung_{k}" for k in range(len(budgets))]
     with TaskGroup(group_id=sweep_id, tooltip=f"{len(trials)} trials, rungs at {budgets}") as group:
         upstream: Any = None  # the rung before: a sweep has at least one
         for k, budget in enumerate(budgets):
             plan = TorchXSweepPlanOperator(
+                **retrying,
                 task_id=f"plan_{k}",
                 rung=k,
                 budgets=budgets,
@@ -160,6 +164,7 @@ def torchx_sweep(
             upstream = rung
         if promote_to is not None:
             promote = TorchXSweepPromoteOperator(
+                **retrying,
                 task_id="promote",
                 segment_task_ids=segment_ids,
                 objective=objective,

@@ -47,3 +47,16 @@ def test_the_plans_price_with_unit_duration_and_the_segments_app():
     plan = group.children["s.plan_1"]
     assert plan.unit_duration == 600 and plan.max_cost == 10
     assert plan.app_parts == {"component": "utils.echo", "component_args": ["--msg", "{{ trial.lr }}"]}
+
+
+def test_the_sweep_s_retries_are_its_plans_and_promote_s_too():
+    from airflow.sdk import Asset
+
+    group = _sweep(retries=2, promote_to=Asset("model://x"))
+    assert {
+        t.task_id: t.retries for t in group.children.values() if not t.task_id.endswith(("rung_0", "rung_1"))
+    } == {
+        "s.plan_0": 2,
+        "s.plan_1": 2,
+        "s.promote": 2,
+    }
