@@ -30,18 +30,30 @@ RESULT_TRIAL = "sweep_trial"
 XCOM_SEGMENT_SPENT = "torchx_sweep_spent"
 #: what of a trial the job sees in TORCHX_AIRFLOW_TRIAL (what it needs to train and resume)
 TRIAL_FIELDS = ("id", "index", "params", "budget", "rung", "previous_budget")
+#: a Hyperband segment's bracket: in its record only when it has one (a successive-halving segment's
+#: TORCHX_AIRFLOW_TRIAL, and so its cache key, stays as it was)
+BRACKET = "bracket"
+
+
+def trial_record(trial: Mapping[str, Any]) -> dict[str, Any]:
+    """What of a trial the job sees and its result records: ``TRIAL_FIELDS``, and ``bracket`` when set."""
+    record = {k: trial.get(k) for k in TRIAL_FIELDS}
+    if trial.get(BRACKET) is not None:
+        record[BRACKET] = trial[BRACKET]
+    return record
 
 
 def trial_view(trial: Mapping[str, Any]) -> dict[str, Any]:
     """What ``{{ trial }}`` offers: each parameter by name, and ``id``, ``budget``, ``rung``,
-    ``previous_budget`` (what the segment resumes from, 0 on the first rung), ``params``."""
+    ``previous_budget`` (what the segment resumes from, 0 on the first rung), ``params``, ``bracket``
+    (Hyperband's ``s``; None otherwise)."""
     params = trial.get("params") or {}
-    return {**params, **{k: trial.get(k) for k in (*TRIAL_FIELDS, "resume_from", "source")}}
+    return {**params, **{k: trial.get(k) for k in (*TRIAL_FIELDS, BRACKET, "resume_from", "source")}}
 
 
 class SweepTrial(RunPolicy):
     """Puts the segment's trial in every role's env: ``TORCHX_AIRFLOW_TRIAL`` (JSON of
-    ``TRIAL_FIELDS``) and, when it continues an earlier segment, ``TORCHX_AIRFLOW_RESUME_FROM``."""
+    ``trial_record``) and, when it continues an earlier segment, ``TORCHX_AIRFLOW_RESUME_FROM``."""
 
     name = "sweep_trial"
 
@@ -52,7 +64,7 @@ class SweepTrial(RunPolicy):
         from torchx_airflow.policies.resubmission import RESUME_FROM_ENV
 
         trial = self.trial
-        value = json.dumps({k: trial.get(k) for k in TRIAL_FIELDS}, sort_keys=True)
+        value = json.dumps(trial_record(trial), sort_keys=True)
         for role in app.roles:
             role.env[TRIAL_ENV] = value
             if trial.get("resume_from"):
@@ -62,7 +74,7 @@ class SweepTrial(RunPolicy):
     def finished(
         self, run: TaskRun, *, app_handle: str, result: dict[str, Any], **kwargs: Any
     ) -> dict[str, Any]:
-        return {**result, RESULT_TRIAL: {k: self.trial.get(k) for k in TRIAL_FIELDS}}
+        return {**result, RESULT_TRIAL: trial_record(self.trial)}
 
     def closed(
         self,

@@ -135,10 +135,10 @@ class TorchXSweepPlanOperator(BaseOperator):
         ti = context["ti"]
         budget = self.budgets[self.rung]
         if self.rung == 0:
-            segments = [self._segment(i, budget, 0, None, None) for i in range(len(self.trials))]
+            segments = [self._segment(i, budget, 0, None, None) for i in self._first_trials()]
             state: dict[str, Any] = {"spent": 0.0}
             if self.max_cost is not None:
-                priced = self._requested(context, dict.fromkeys(range(len(self.trials)), budget))
+                priced = self._requested(context, dict.fromkeys(self._first_trials(), budget))
                 if not priced:
                     raise TorchXConfigError(
                         f"Task {self.task_id!r}: the sweep has max_cost={self.max_cost!r}, but its first "
@@ -369,6 +369,10 @@ class TorchXSweepPlanOperator(BaseOperator):
         text = str(redact(re.sub(r" at 0x[0-9a-fA-F]+", "", text)))  # no object's address: another process
         return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
+    def _first_trials(self) -> list[int]:
+        """The trials the first rung trains: every one (a Hyperband bracket: its own draw)."""
+        return list(range(len(self.trials)))
+
     def _requested(
         self, context: Context, units: Mapping[int, float], rung: int | None = None
     ) -> dict[int, Any]:
@@ -509,30 +513,63 @@ def _described(trial: Mapping[str, Any]) -> str:
     return f"{trial.get('id')} ({params})"
 
 
-class TorchXSweepPromoteOperator(TorchXPromoteOperator):
-    """Promote the best trial of the highest rung any segment reached (``TorchXPromoteOperator``'s
-    rules: the worker's record of each run, the artifact under its output roots)."""
+def best_task(results: Mapping[str, Sequence[Any]], objective: str, mode: str) -> str | None:
+    """Of segment tasks trained to the same budget (results by task id, each by map index, in the
+    sweep's order), the one holding the best SUCCEEDED result by ``objective`` as its worker recorded
+    it (a tie to the earlier task, then the earlier map index); None when no SUCCEEDED result has a
+    finite value of it."""
+    from torchx_airflow.lineage.promotion import recorded_metrics
 
-    def __init__(self, *, segment_task_ids: Sequence[str], **kwargs: Any) -> None:
+    sign = 1.0 if mode == "min" else -1.0
+    best: tuple[float, str] | None = None
+    for task_id, values in results.items():
+        for value in values:
+            if not isinstance(value, Mapping) or value.get("state") != "SUCCEEDED":
+                continue
+            number = finite(recorded_metrics(value).get(objective))
+            if number is not None and (best is None or sign * number < best[0]):
+                best = (sign * number, task_id)
+    return best[1] if best else None
+
+
+class TorchXSweepPromoteOperator(TorchXPromoteOperator):
+    """Promote the best trial trained to the highest budget at which a segment recorded the objective
+    (``TorchXPromoteOperator``'s rules: the worker's record of each run, the artifact under its output
+    roots); skipped, saying why, when none did.
+
+    :param segment_task_ids: the sweep's segment tasks, in its order (Hyperband: bracket by bracket).
+    :param segment_budgets: the budget each trains to (default: each its own, in rising order); the
+        tasks of one budget are compared together, never across budgets.
+    """
+
+    def __init__(
+        self,
+        *,
+        segment_task_ids: Sequence[str],
+        segment_budgets: Sequence[float] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(runs_of=segment_task_ids[-1], **kwargs)
         self.segment_task_ids = list(segment_task_ids)
+        self.segment_budgets = (
+            list(segment_budgets) if segment_budgets is not None else list(range(len(segment_task_ids)))
+        )
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from torchx_airflow.lineage.promotion import recorded_metrics
-
         ti = context["ti"]
-        for task_id in reversed(self.segment_task_ids):
-            count = ti.get_ti_count(dag_id=ti.dag_id, task_ids=[task_id], run_ids=[ti.run_id])
-            values = ti.xcom_pull(task_ids=task_id, map_indexes=list(range(count))) if count else []
-            if any(
-                isinstance(v, Mapping)
-                and v.get("state") == "SUCCEEDED"
-                and finite(recorded_metrics(v).get(self.objective)) is not None
-                for v in values or []
-            ):
-                self.runs_of = task_id
+        for budget in sorted(set(self.segment_budgets), reverse=True):
+            task_ids = [
+                t for t, b in zip(self.segment_task_ids, self.segment_budgets, strict=True) if b == budget
+            ]
+            chosen = best_task(
+                {task_id: self._segment_results(ti, task_id) for task_id in task_ids},
+                str(self.objective),
+                str(self.mode),
+            )
+            if chosen is not None:
+                self.runs_of = chosen
                 break
         else:  # no rung has a segment that recorded the objective: nothing to promote
             why = (
@@ -543,3 +580,8 @@ class TorchXSweepPromoteOperator(TorchXPromoteOperator):
             raise AirflowSkipException(why)
         self.log.info("Promoting the best trial of %s", self.runs_of)
         return super().execute(context)
+
+    @staticmethod
+    def _segment_results(ti: Any, task_id: str) -> list[Any]:
+        count = ti.get_ti_count(dag_id=ti.dag_id, task_ids=[task_id], run_ids=[ti.run_id])
+        return list(ti.xcom_pull(task_ids=task_id, map_indexes=list(range(count))) or []) if count else []
