@@ -82,8 +82,8 @@ ENVIRONMENT: tuple[tuple[str, str, str, str], ...] = (
         "TORCHX_AIRFLOW_TRIAL",
         "a sweep's segment",
         "the training script",
-        "JSON of the trial: `id`, `index`, `params`, `budget`, `rung`, `previous_budget` "
-        "([Sweeps](sweeps.md))",
+        "JSON of the trial: `id`, `index`, `params`, `budget`, `rung`, `previous_budget`, and "
+        "`bracket` in a Hyperband sweep ([Sweeps](sweeps.md))",
     ),
     (
         "TORCHX_AIRFLOW_ATTEMPT",

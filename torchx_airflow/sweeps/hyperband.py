@@ -28,8 +28,8 @@ class TorchXHyperbandPlanOperator(TorchXSweepPlanOperator):
 
     :param bracket: the bracket's ``s`` (its first rung is ``s`` rungs below ``max_budget``).
     :param first_trials: the configuration indexes its first rung trains.
-    :param max_cost: the bracket's share of the sweep's ``max_cost``.
-    :param sweep_max_cost: the sweep's ``max_cost`` (named in the log).
+    :param sweep_max_cost: the sweep's ``max_cost`` (named in the log); the plan's own ``max_cost``
+        is the bracket's share of it.
     """
 
     def __init__(
