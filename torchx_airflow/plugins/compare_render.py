@@ -8,6 +8,7 @@ runs to diff is a GET form. Every text is escaped here; the caller hands in text
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -162,10 +163,29 @@ def render_table(data: Mapping[str, Any], query: Mapping[str, Any], promote_url:
     )
 
 
-def _ticks(low: float, high: float) -> list[float]:
+def nice_ticks(low: float, high: float, count: int = TICKS) -> list[float]:
+    """Ticks at round values (1, 2 or 5 times a power of ten apart) from at or below ``low`` to at or
+    above ``high``, about ``count`` of them; an axis drawn from the first to the last.
+
+    Example::
+
+        nice_ticks(0.1234, 0.9876)  # [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+    """
+    low, high = min(low, high), max(low, high)
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return [low, high]
     if high == low:
-        return [low]
-    return [low + (high - low) * i / (TICKS - 1) for i in range(TICKS)]
+        half = abs(low) / 2 or 0.5
+        low, high = low - half, high + half
+    magnitude = 10.0 ** math.floor(math.log10((high - low) / max(1, count - 1)))
+    candidates = [
+        (math.floor(low / step + 1e-9), math.ceil(high / step - 1e-9), step)
+        for step in (magnitude, 2 * magnitude, 5 * magnitude, 10 * magnitude)
+    ]
+    # the tick count nearest to ``count``; a tie keeps the finer step (min keeps the first)
+    first, last, step = min(candidates, key=lambda c: abs(c[1] - c[0] + 1 - count))
+    digits = max(0, -math.floor(math.log10(step)))
+    return [round(i * step, digits) + 0.0 for i in range(first, last + 1)]
 
 
 def render_curves(
@@ -178,11 +198,8 @@ def render_curves(
         return f'<p class="none">No selected run logged a curve of {_esc(metric or "any metric")}.</p>'
     steps = [p[0] for points in curves.values() for p in points]
     values = [p[1] for points in curves.values() for p in points]
-    x0, x1, y0, y1 = min(steps), max(steps), min(values), max(values)
-    if y0 == y1:
-        y0, y1 = y0 - 0.5, y1 + 0.5
-    if x0 == x1:
-        x0, x1 = x0 - 1, x1 + 1
+    x_ticks, y_ticks = nice_ticks(min(steps), max(steps)), nice_ticks(min(values), max(values))
+    x0, x1, y0, y1 = x_ticks[0], x_ticks[-1], y_ticks[0], y_ticks[-1]
     width, height = PLOT_W - MARGIN_L - MARGIN_R, PLOT_H - MARGIN_T - MARGIN_B
 
     def x(step: float) -> float:
@@ -192,14 +209,14 @@ def render_curves(
         return MARGIN_T + (1 - (value - y0) / (y1 - y0)) * height
 
     parts = [f'<rect class="plot-bg" x="{MARGIN_L}" y="{MARGIN_T}" width="{width}" height="{height}"/>']
-    for tick in _ticks(y0, y1):
+    for tick in y_ticks:
         parts.append(
             f'<line class="grid" x1="{MARGIN_L}" x2="{MARGIN_L + width}" '
             f'y1="{y(tick):.1f}" y2="{y(tick):.1f}"/>'
             f'<text class="tick" x="{MARGIN_L - 6}" y="{y(tick) + 4:.1f}" text-anchor="end">'
             f"{_esc(fmt_number(tick))}</text>"
         )
-    for tick in _ticks(x0, x1):
+    for tick in x_ticks:
         parts.append(
             f'<text class="tick" x="{x(tick):.1f}" y="{MARGIN_T + height + 16}" text-anchor="middle">'
             f"{_esc(fmt_number(tick))}</text>"

@@ -1,8 +1,11 @@
 """The comparison view's rows, columns and page, from literal inputs: flattened parameters, the
-columns that differ, sorting with missing values, the diff, and a page that escapes what jobs wrote."""
+columns that differ, sorting with missing values, the diff, axis ticks at round values, and a page that
+escapes what jobs wrote."""
 
 from __future__ import annotations
 
+import math
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -14,7 +17,7 @@ from torchx_airflow.plugins.compare import (
     fill_comparison,
     rendered_params,
 )
-from torchx_airflow.plugins.compare_render import render_compare_page, render_curves
+from torchx_airflow.plugins.compare_render import nice_ticks, render_compare_page, render_curves
 
 APP = {
     "scheduler": "slurm",
@@ -124,6 +127,28 @@ def test_curves_scale_to_the_plot_and_a_single_point_is_a_dot():
     assert svg.count("<polyline") == 2 and svg.count("<circle") == 1
     assert 'points="64.0,14.0 744.0,264.0"' in svg  # first point top-left, last bottom-right
     assert "No selected run" in render_curves({}, {}, "loss")
+
+
+@pytest.mark.parametrize(
+    ("low", "high"),
+    [(0.1234, 0.9876), (0.2513, 0.3379), (1e-5, 3.2e-5), (-3, 7), (0.5, 0.5), (0, 0), (1, 243), (12.5, 12.7)],
+)
+def test_ticks_are_round_values_that_cover_the_range(low, high):
+    ticks = nice_ticks(low, high)
+    assert 3 <= len(ticks) <= 8 and ticks[0] <= low and ticks[-1] >= high
+    step = ticks[1] - ticks[0]
+    mantissa = step / 10 ** math.floor(math.log10(step))
+    assert min(abs(mantissa - m) for m in (1, 2, 5, 10)) < 1e-6  # 1, 2 or 5 times a power of ten
+    for tick in ticks:
+        assert abs(tick / step - round(tick / step)) < 1e-6  # on the step's grid, from zero
+        assert len(repr(tick).rstrip("0")) <= 9  # printed short: no 0.30000000000000004
+
+
+def test_the_comparison_plot_labels_round_ticks():
+    svg = render_curves({"a": [[1, 0.2513], [7, 0.3379]]}, {"a": "[0]"}, "loss")
+    labels = re.findall(r'class="tick"[^>]*>([^<]*)<', svg)
+    assert labels[:6] == ["0.24", "0.26", "0.28", "0.3", "0.32", "0.34"]
+    assert labels[6:] == ["0", "2", "4", "6", "8"]
 
 
 def test_sort_keys_order_numbers_texts_and_runs():
