@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 
 #: XCom of a plan: the sweep's spending and why it stopped (when it did)
 XCOM_SWEEP = "torchx_sweep"
+#: XCom of a plan: what the sweep is (objective, mode, budgets, its rung), for the comparison view
+XCOM_SWEEP_SPEC = "torchx_sweep_spec"
 
 
 class TorchXSweepError(TorchXError):
@@ -427,6 +429,8 @@ class TorchXSweepPlanOperator(BaseOperator):
         self, ti: Any, segments: list[dict[str, Any]], state: Mapping[str, Any]
     ) -> list[dict[str, Any]]:
         ti.xcom_push(key=XCOM_SWEEP, value=dict(state))
+        spec = {"objective": self.objective, "mode": self.mode, "budgets": self.budgets, "rung": self.rung}
+        ti.xcom_push(key=XCOM_SWEEP_SPEC, value={**spec, "trials": len(self.trials)})
         parents = [[s["trial"]["source"]] if s["trial"]["source"] else None for s in segments]
         ti.xcom_push(key=XCOM_LINEAGE_PARENTS, value={self.segment_task_ids[self.rung]: parents})
         return segments

@@ -20,6 +20,7 @@ from torchx_airflow.sweeps.tasks import (
     RESULT_TRIAL,
     XCOM_SEGMENT_SPENT,
     XCOM_SWEEP,
+    XCOM_SWEEP_SPEC,
     TorchXSweepError,
     TorchXSweepPlanOperator,
     TorchXSweepPromoteOperator,
@@ -85,6 +86,14 @@ def test_the_first_rung_trains_every_trial_and_passes_lineage_on():
     assert [s["trial"]["id"] for s in segments] == ["t0", "t1", "t2", "t3", "t4", "t5"]
     assert all(s["trial"]["budget"] == 1 and s["trial"]["resume_from"] is None for s in segments)
     assert ti.pushed[XCOM_LINEAGE_PARENTS] == {"s.rung_0": [None] * 6}
+    # what the sweep is, for its comparison view
+    assert ti.pushed[XCOM_SWEEP_SPEC] == {
+        "objective": "loss",
+        "mode": "min",
+        "budgets": [1, 3, 9],
+        "rung": 0,
+        "trials": 6,
+    }
 
 
 def test_the_next_rung_keeps_the_best_third_by_what_the_workers_recorded_and_resumes_each():
