@@ -515,6 +515,7 @@ def comparison_json(
                 "lines": diff_lines(a, b),
             }
     return {
+        "layout": "runs",
         "dag_id": comparison.dag_id,
         "task_id": comparison.task_id,
         "dag_run_id": comparison.dag_run_id,

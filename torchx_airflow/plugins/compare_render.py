@@ -307,7 +307,7 @@ def render_compare_page(
     keep = "".join(
         f'<input type="hidden" name="{_esc(k)}" value="{_esc(v)}">'
         for k, v in query.items()
-        if k in ("sort", "order", "last", "task_id") and v not in (None, "")
+        if k in ("sort", "order", "last", "task_id", "layout") and v not in (None, "")
     )
     curves = {key: (by_metric.get(data["metric"]) or []) for key, by_metric in data["series"].items()}
     warnings = "".join(f'<div class="warning">{_esc(w)}</div>' for w in data["warnings"])

@@ -7,7 +7,10 @@
 Query: ``sort`` (``run``, ``state``, ``attempts``, ``elapsed_s``, ``cpu_hours``, ``gpu_hours``,
 ``cost``, ``cache_hit``, ``metric:<name>``, ``param:<name>``) and ``order`` (``asc``/``desc``);
 ``show`` (repeated: row keys ``<DAG run id>/<map index>`` whose curves to plot), ``metric`` (the
-curve to plot), ``a`` and ``b`` (two row keys to diff). Authorised as the lineage view (read access
+curve to plot), ``a`` and ``b`` (two row keys to diff). In one DAG run, a sweep's task (``<sweep>.rung_1``,
+``<sweep>.plan_0``, ``<sweep>.promote``) or its group's id (``task_id=<sweep>``) shows the whole
+sweep as trials x rungs (``plugins/sweep_view.py``); ``layout=runs`` shows the task's own runs
+instead, ``layout=sweep`` only a sweep (404 for another task). Authorised as the lineage view (read access
 to the DAG's runs, task instances and XComs), bounded by its limiter, masked as it is.
 """
 
@@ -25,11 +28,16 @@ from fastapi.responses import HTMLResponse
 from torchx_airflow.plugins.airflow_runs import DagRunNotFound
 from torchx_airflow.plugins.compare import COLUMNS, DEFAULT_LAST, MAX_ROWS, comparison_json, load_comparison
 from torchx_airflow.plugins.compare_render import render_compare_page
+from torchx_airflow.plugins.sweep_render import render_sweep_page, runs_url_of
+from torchx_airflow.plugins.sweep_view import find_sweep, load_sweep, sweep_json
 
 TaskQuery = Annotated[str, Query(min_length=1, description="the task whose runs to compare")]
 LastQuery = Annotated[int, Query(ge=1, le=MAX_ROWS, description="how many of the latest runs")]
 ShowQuery = Annotated[list[str] | None, Query(description="row keys whose curves to plot")]
 OrderQuery = Annotated[str, Query(pattern="^(asc|desc)$")]
+LayoutQuery = Annotated[
+    str | None, Query(pattern="^(sweep|runs)$", description="sweep: trials x rungs; runs: the task's runs")
+]
 #: where the promotion endpoint is mounted (``plugins/promotion.py``; see ``compare_render.promote_cell``)
 PROMOTE_PATH: str | None = "/api/promote"
 
@@ -65,6 +73,10 @@ def _data(
     _check_sort(params["sort"])
     root = str(request.scope.get("root_path", ""))
     with view.limiter.slot():
+        if run_id is not None and params["layout"] != "runs":
+            sweep = _sweep_data(session, dag_id, run_id, task_id, params["layout"], root)
+            if sweep is not None:
+                return masked_json(sweep, view.masked)
         try:
             comparison = load_comparison(session, dag_id, task_id, run_id, last, lineage_prefix=root)
         except DagRunNotFound as e:
@@ -81,10 +93,38 @@ def _data(
     return masked_json(data, view.masked)
 
 
+def _sweep_data(
+    session: Any, dag_id: str, run_id: str, task_id: str, layout: str | None, root: str
+) -> dict[str, Any] | None:
+    """The sweep ``task_id`` belongs to, as JSON; None when it is no sweep's (404 with ``layout=sweep``)."""
+    try:
+        sweep_id = find_sweep(session, dag_id, run_id, task_id)
+    except DagRunNotFound as e:
+        raise HTTPException(404, str(e)) from e
+    if sweep_id is None:
+        if layout == "sweep":
+            raise HTTPException(
+                404,
+                f"Task {task_id!r} of DAG run {run_id!r} is not part of a sweep (a torchx_sweep task group "
+                "with <sweep>.plan_0 and <sweep>.rung_0): pass the sweep's id or one of its tasks as "
+                "task_id, or drop layout=sweep to compare the task's runs.",
+            )
+        return None
+    return sweep_json(load_sweep(session, dag_id, run_id, sweep_id, lineage_prefix=root))
+
+
 def _page(request: Request, data: dict[str, Any], api_path: str, query: dict[str, Any]) -> HTMLResponse:
     root = str(request.scope.get("root_path", ""))
     pairs = [(k, v) for k, v in query.items() if v not in (None, "") and not isinstance(v, list)]
     pairs += [("show", s) for s in query.get("show") or []]
+    if data.get("layout") == "sweep":
+        page = render_sweep_page(
+            data,
+            static_url=f"{root}/static",
+            json_url=f"{root}{api_path}?{urlencode(pairs)}",
+            runs_url=runs_url_of(root, data["dag_id"], data["dag_run_id"]),
+        )
+        return HTMLResponse(page)
     promote = f"{root}{PROMOTE_PATH}" if PROMOTE_PATH else None
     page = render_compare_page(
         data,
@@ -104,6 +144,7 @@ def compare_query(
     metric: str | None = None,
     a: str | None = None,
     b: str | None = None,
+    layout: LayoutQuery = None,
 ) -> dict[str, Any]:
     """The query every comparison route takes (a FastAPI dependency), ``last`` set by the route."""
     return {
@@ -115,6 +156,7 @@ def compare_query(
         "metric": metric,
         "a": a,
         "b": b,
+        "layout": layout,
     }
 
 

@@ -1,0 +1,113 @@
+"""A sweep's task instances and XComs as its tasks leave them, without running jobs: each rung's plan is
+the real ``TorchXSweepPlanOperator`` (XCom stood in for), each segment's result is what the segment's
+worker records (``state``, ``metrics``, ``sweep_trial``, ``cost``), the promotion's result names the
+best segment of the highest rung. For the sweep view's unit tests and its benchmark (bench/); the
+integration test (tests/integration/test_sweep_dags.py) checks the view on a real sweep."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+from torchx_airflow.lineage.keys import XCOM_RUN_ID, XCOM_SUBMITTED_APP
+from torchx_airflow.sweeps.segment import TRIAL_FIELDS
+from torchx_airflow.sweeps.tasks import RESULT_TRIAL, TorchXSweepPlanOperator
+
+Loss = Callable[[Mapping[str, Any], float], float | None]
+
+
+class _TI:
+    """Airflow's task instance as a plan uses it: XCom pull and push over one dict."""
+
+    def __init__(self, xcoms: dict[tuple[str, str, int], Any], task_id: str) -> None:
+        self.xcoms, self.task_id = xcoms, task_id
+
+    def xcom_pull(self, task_ids: str, key: str = "return_value", map_indexes: Any = None) -> Any:
+        if isinstance(map_indexes, list):
+            return [self.xcoms.get((task_ids, key, i)) for i in map_indexes]
+        return self.xcoms.get((task_ids, key, -1))
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.xcoms[(self.task_id, key, -1)] = value
+
+
+def simulate_sweep(
+    space: Sequence[Mapping[str, Any]],
+    budgets: Sequence[float],
+    loss: Loss,
+    *,
+    sweep_id: str = "sweep",
+    objective: str = "val_loss",
+    mode: str = "min",
+    reduction_factor: int = 3,
+    max_cost: float | None = None,
+    cost_per_unit: float = 1.0,
+    failed: Collection[tuple[int, int]] = (),
+    promote: bool = True,
+) -> tuple[list[SimpleNamespace], dict[tuple[str, int], dict[str, Any]]]:
+    """The sweep's segments' task instances (``task_id``, ``map_index``, ``state``) and its XComs
+    ``{(task id, map index): {key: value}}``; ``loss(params, budget)`` is what a segment records
+    (None: nothing), ``failed`` the (rung, trial index) pairs whose segment fails."""
+    plan_ids = [f"{sweep_id}.plan_{k}" for k in range(len(budgets))]
+    rung_ids = [f"{sweep_id}.rung_{k}" for k in range(len(budgets))]
+    flat: dict[tuple[str, str, int], Any] = {}
+    instances: list[SimpleNamespace] = []
+    best: tuple[str, int, float] | None = None
+    for k in range(len(budgets)):
+        plan = TorchXSweepPlanOperator(
+            task_id=plan_ids[k],
+            rung=k,
+            budgets=budgets,
+            trials=space,
+            objective=objective,
+            mode=mode,
+            reduction_factor=reduction_factor,
+            segment_task_ids=rung_ids,
+            plan_task_ids=plan_ids,
+            max_cost=max_cost,
+        )
+        segments = plan.execute({"ti": _TI(flat, plan_ids[k])})  # type: ignore[typeddict-item]
+        flat[(plan_ids[k], "return_value", -1)] = segments
+        if not segments:  # a mapped task over nothing: one skipped instance, no XCom
+            instances.append(SimpleNamespace(task_id=rung_ids[k], map_index=-1, state="skipped"))
+        for i, segment in enumerate(segments):
+            trial = segment["trial"]
+            ok = (k, trial["index"]) not in failed
+            value = loss(trial["params"], float(trial["budget"])) if ok else None
+            trained = float(trial["budget"]) - float(trial["previous_budget"] or 0)
+            result: dict[str, Any] = {
+                "app_handle": f"local_cwd://torchx/{trial['id']}-r{k}",
+                "state": "SUCCEEDED" if ok else "FAILED",
+                "metrics": {objective: value} if value is not None else {},
+                RESULT_TRIAL: {f: trial.get(f) for f in TRIAL_FIELDS},
+                "cost": {"actual": {"total": cost_per_unit * trained, "currency": "USD"}},
+                "artifacts": {"checkpoint": {"path": f"/out/{trial['id']}/r{k}/ckpt"}},
+            }
+            flat[(rung_ids[k], "return_value", i)] = result
+            flat[(rung_ids[k], XCOM_RUN_ID, i)] = result["app_handle"]
+            flat[(rung_ids[k], XCOM_SUBMITTED_APP, i)] = {"output_roots": ["/out"]}
+            instances.append(
+                SimpleNamespace(task_id=rung_ids[k], map_index=i, state="success" if ok else "failed")
+            )
+            if value is not None and (
+                best is None or best[0] != rung_ids[k] or _better(value, best[2], mode)
+            ):
+                best = (rung_ids[k], i, value)
+    if promote and best is not None:
+        flat[(f"{sweep_id}.promote", "return_value", -1)] = {
+            "runs_of": best[0],
+            "map_index": best[1],
+            "objective": objective,
+            "mode": mode,
+            "value": best[2],
+            "path": f"/out/{best[0]}/{best[1]}/model",
+        }
+    xcoms: dict[tuple[str, int], dict[str, Any]] = {}
+    for (task_id, key, map_index), value in flat.items():
+        xcoms.setdefault((task_id, map_index), {})[key] = value
+    return instances, xcoms
+
+
+def _better(value: float, than: float, mode: str) -> bool:
+    return value < than if mode == "min" else value > than

@@ -1,0 +1,174 @@
+"""A sweep in the comparison view, from the XComs its tasks push (the real plan operator, the
+segments' results as their workers record them: tests/sweep_xcoms.py): trials x rungs, one curve
+per trial, the rung where each stopped and why, the promoted trial marked, the parameters that
+differ before the objective, a tick per rung, and a page that escapes what jobs and DAGs named."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from tests.sweep_xcoms import simulate_sweep
+from torchx_airflow.plugins.sweep_render import render_sweep_page
+from torchx_airflow.plugins.sweep_view import SweepView, fill_sweep, sweep_json, sweep_of
+from torchx_airflow.sweeps.tasks import XCOM_SWEEP_SPEC
+
+SPACE = [{"lr": lr, "hidden": w, "seed": 7} for lr in (0.01, 0.03, 0.1) for w in (8, 16, 32)]
+BUDGETS = [1, 3, 9]
+
+
+def loss(params, budget: float) -> float:
+    """0.1 learns fast and stops early; 0.03 with 16 hidden units ends best (t4), only 2nd after one epoch."""
+    tau = {0.01: 4.0, 0.03: 1.5, 0.1: 0.6}[params["lr"]]
+    wide = (0.4 if params["lr"] == 0.1 else 0.03) * abs(math.log2(params["hidden"] / 16))
+    floor = {0.01: 0.10, 0.03: 0.05, 0.1: 0.25}[params["lr"]] + wide
+    return floor + math.exp(-budget / tau)
+
+
+def _view(instances, xcoms, dag_run_id: str = "run1") -> dict:
+    view = SweepView("d", dag_run_id, "sweep")
+    fill_sweep(view, instances, xcoms, "/torchx")
+    return sweep_json(view)
+
+
+def _page(data: dict) -> str:
+    return render_sweep_page(data, static_url="/s", json_url="/j", runs_url="/torchx/compare/d/run1")
+
+
+def test_a_sweep_is_shown_as_trials_by_rungs_with_where_each_stopped_and_the_winner_marked():
+    data = _view(*simulate_sweep(SPACE, BUDGETS, loss))
+    assert (data["objective"], data["mode"], data["layout"]) == ("val_loss", "min", "sweep")
+    assert [(r["rung"], r["budget"], r["planned"], r["stopped"]) for r in data["rungs"]] == [
+        (0, 1, 9, None),
+        (1, 3, 3, None),
+        (2, 9, 1, None),
+    ]
+    trials = {t["id"]: t for t in data["trials"]}
+    assert len(trials) == 9 and data["trials"][0]["id"] == "t4"  # the promoted trial first
+    winner = trials["t4"]
+    assert winner["promoted"] and winner["stop"] == "finished" and winner["reached"] == 2
+    assert winner["curve"] == [[b, pytest.approx(loss(SPACE[4], b))] for b in (1, 3, 9)]
+    assert data["promoted"]["trial"] == "t4" and data["promoted"]["rung"] == 2
+    # the best three after one epoch went on: two stopped at rung 1, six at rung 0
+    rung0 = sorted(range(9), key=lambda i: loss(SPACE[i], 1))
+    assert rung0.index(4) == 1
+    assert {t["id"] for t in data["trials"] if t["reached"] == 1} == {f"t{i}" for i in rung0[:3]} - {"t4"}
+    assert sorted(t["stop"] for t in data["trials"]) == ["finished"] + ["not chosen"] * 8
+    assert all(not t["promoted"] for t in data["trials"][1:])
+    # leaderboard: the highest rung reached first, then by the objective there
+    assert [t["reached"] for t in data["trials"]] == [2, 1, 1, 0, 0, 0, 0, 0, 0]
+    values = [t["value"] for t in data["trials"][3:]]
+    assert values == sorted(values)
+    # only what differs between trials (seed does not), in the search space's order
+    assert data["params"] == ["lr", "hidden"] and winner["params"] == {"lr": 0.03, "hidden": 16}
+    segment = winner["segments"][1]
+    assert segment["key"] == "sweep.rung_1/" + str(segment["map_index"])
+    assert segment["link"] == f"/torchx/lineage/d/run1?task_id=sweep.rung_1&map_index={segment['map_index']}"
+    assert data["spent"] == 9 * 1 + 3 * 2  # what plan_2 recorded: rungs 0 and 1
+
+
+def test_the_page_draws_a_curve_per_trial_stopped_rungs_the_winner_and_params_before_metrics():
+    data = _view(*simulate_sweep(SPACE, BUDGETS, loss))
+    page = _page(data)
+    assert page.count('<polyline class="curve trial') == 9
+    assert page.count('class="curve trial promoted"') == 1 and 'data-trial="t4" points=' in page
+    assert page.count('class="curve trial stopped"') == 8 and page.count('<circle class="end') == 9
+    assert "★ t4 promoted" in page and '<tr data-trial="t4" class="promoted">' in page
+    head = page[page.index('<table class="runs sweep">') : page.index("</thead>")]
+    headers = re.findall(r"<th[^>]*>([^<]*)</th>", head)
+    assert headers == [
+        "Trial",
+        "lr",
+        "hidden",
+        "rung 0 · budget 1",
+        "rung 1 · budget 3",
+        "rung 2 · budget 9",
+        "Stopped",
+        "Cost",
+    ]
+    # the x axis: log scale, a tick per rung; the y axis: round values
+    x_labels = re.findall(r'class="tick x"[^>]*>([^<]*)<', page)
+    y_labels = re.findall(r'class="tick y"[^>]*>([^<]*)<', page)
+    assert x_labels == ["1", "3", "9"]
+    assert all(re.fullmatch(r"-?\d+(\.\d{1,2})?", label) for label in y_labels), y_labels
+    # where each stopped: its last cell marked, its rung in the Stopped column
+    assert page.count('class="num stopped"') == 8
+    assert page.count("rung 0 · not chosen") == 6 and page.count("rung 1 · not chosen") == 2
+    assert "rung 2 · finished" in page
+    assert 'href="/torchx/compare/d/run1?task_id=sweep.rung_1&amp;layout=runs"' in page
+
+
+def test_a_failed_segment_drops_its_trial_and_a_budget_stops_the_sweep():
+    failed = simulate_sweep(SPACE, BUDGETS, loss, failed={(1, 4)})
+    data = _view(*failed)
+    trials = {t["id"]: t for t in data["trials"]}
+    assert trials["t4"]["stop"] == "failed" and trials["t4"]["reached"] == 1
+    assert trials["t4"]["segments"][1]["value"] is None and not trials["t4"]["promoted"]
+    assert trials["t4"]["curve"] == [[1, pytest.approx(loss(SPACE[4], 1))]]  # no point for the failure
+    assert 'class="num failed"' in _page(data)
+
+    # a budget the first rung fits (9 units) and the second would pass: plan_1 stops the sweep
+    data = _view(*simulate_sweep(SPACE, BUDGETS, loss, max_cost=12))
+    assert [r["planned"] for r in data["rungs"]] == [9, 0, 0]
+    assert "past max_cost=12" in data["rungs"][1]["stopped"]
+    assert {t["stop"] for t in data["trials"]} == {"sweep stopped"} and len(data["trials"]) == 9
+    best = min(range(9), key=lambda i: loss(SPACE[i], 1))
+    assert data["trials"][0]["id"] == f"t{best}" and data["trials"][0]["promoted"]
+    assert "stopped: rung 1" in _page(data)
+
+
+def test_a_segment_s_own_record_of_its_trial_wins_over_its_plan():
+    instances, xcoms = simulate_sweep(SPACE, BUDGETS, loss)
+    plan = xcoms[("sweep.plan_1", -1)]["return_value"]
+    plan[0], plan[1] = plan[1], plan[0]  # a plan cleared and run again since, in another order
+    data = _view(instances, xcoms)
+    assert data["trials"][0]["id"] == "t4" and len(data["trials"][0]["segments"]) == 3
+
+
+def test_without_the_plans_record_the_objective_is_the_promotion_s():
+    instances, xcoms = simulate_sweep(SPACE, BUDGETS, loss)
+    for k in range(3):
+        del xcoms[(f"sweep.plan_{k}", -1)][XCOM_SWEEP_SPEC]  # plans of an earlier version
+    data = _view(instances, xcoms)
+    assert data["objective"] == "val_loss" and [r["budget"] for r in data["rungs"]] == [1, 3, 9]
+    del xcoms[("sweep.promote", -1)]
+    data = _view(instances, xcoms)
+    assert data["objective"] is None and "recorded no objective" in data["warnings"][0]
+    assert all(t["curve"] == [] for t in data["trials"])
+    assert "No segment of this sweep recorded" in _page(data)
+
+
+def test_the_page_escapes_what_the_dag_and_the_jobs_named():
+    evil = '<img src=x onerror="alert(1)">'
+    space = [{"opt": evil, "n": n} for n in (1, 2, 3)]
+    instances, xcoms = simulate_sweep(space, [1, 3], lambda p, b: 1.0 / (p["n"] * b), objective=evil)
+    for pushed in xcoms.values():  # a job names its metrics as it likes
+        result = pushed.get("return_value")
+        if isinstance(result, dict) and "metrics" in result:
+            result["metrics"][f"{evil}2"] = 1.0
+    data = _view(instances, xcoms, dag_run_id=evil)
+    assert data["objective"] == evil and data["trials"][0]["curve"]
+    space_differs = [{"opt": f"{evil}{n}", "n": n} for n in (1, 2, 3)]
+    instances2, xcoms2 = simulate_sweep(space_differs, [1, 3], lambda p, b: 1.0 / (p["n"] * b))
+    for page in (_page(data), _page(_view(instances2, xcoms2))):
+        assert "<img" not in page and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in page
+
+
+@pytest.mark.parametrize(
+    ("task_id", "sweep"),
+    [
+        ("sweep", "sweep"),
+        ("sweep.rung_1", "sweep"),
+        ("sweep.plan_0", "sweep"),
+        ("sweep.promote", "sweep"),
+        ("outer.sweep.rung_0", "outer.sweep"),
+        ("train", None),
+        ("other.rung_0", None),
+    ],
+)
+def test_a_sweep_is_recognised_by_its_group_or_any_of_its_tasks(task_id, sweep):
+    task_ids = ["sweep.plan_0", "sweep.rung_0", "sweep.plan_1", "sweep.rung_1", "sweep.promote", "train"]
+    task_ids += ["outer.sweep.plan_0", "outer.sweep.rung_0", "other.rung_0"]
+    assert sweep_of(task_ids, task_id) == sweep

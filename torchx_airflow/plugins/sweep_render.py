@@ -1,0 +1,293 @@
+"""The comparison page of a sweep, drawn on the server from its JSON form (``sweep_view.sweep_json``):
+one curve per trial across its segments, the rung where each stopped, the promoted trial marked,
+and a table of trials x rungs, the parameters that differ before the objective at each rung.
+
+Like the comparison page: no JavaScript, no CDN, every text escaped here (the caller hands in texts
+already masked). A job names its own metrics and parameters' values reach the page from XCom.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from torchx_airflow.plugins.compare_render import (
+    MARGIN_B,
+    MARGIN_L,
+    MARGIN_R,
+    MARGIN_T,
+    PALETTE,
+    PLOT_H,
+    PLOT_W,
+    _esc,
+    fmt_number,
+    nice_ticks,
+)
+from torchx_airflow.plugins.text import link_target
+
+PROMOTED_COLOR = "#b45309"
+STOPPED_COLOR = "#94a3b8"
+STOP_TEXT = {
+    "finished": "finished",
+    "not chosen": "not chosen",
+    "failed": "failed",
+    "sweep stopped": "sweep stopped",
+    "pending": "pending",
+}
+
+
+def _value(value: Any) -> str:
+    return "–" if value is None else fmt_number(value)
+
+
+def budget_axis(budgets: Sequence[float]) -> tuple[list[float], bool]:
+    """The x axis of a sweep's curves: on a log scale with a tick at each rung's budget when the
+    rungs grow by a factor (successive halving), else round ticks on a linear scale (one rung)."""
+    distinct = sorted(set(budgets))
+    if len(distinct) >= 2 and distinct[0] > 0:
+        return distinct, True
+    return nice_ticks(min(distinct, default=0.0), max(distinct, default=1.0)), False
+
+
+def trial_title(trial: Mapping[str, Any]) -> str:
+    """A trial as its curve's tooltip names it: id, the parameters that differ, where it stopped."""
+    params = " ".join(f"{k}={v}" for k, v in trial["params"].items())
+    stop = f"{STOP_TEXT.get(trial['stop'], trial['stop'])} at rung {trial['reached']}"
+    mark = " · promoted" if trial["promoted"] else ""
+    return f"{trial['id']} {params} · {stop}{mark}".replace("  ", " ")
+
+
+def render_sweep_curves(data: Mapping[str, Any]) -> str:
+    """One SVG plot: a polyline per trial through its segments' objective at their budgets, a dot
+    where it stopped, the promoted trial drawn over the others and labelled."""
+    trials = [t for t in data["trials"] if t["curve"]]
+    objective = data["objective"] or "the objective"
+    if not trials:
+        return f'<p class="none">No segment of this sweep recorded {_esc(objective)} yet.</p>'
+    budgets = [b for r in data["rungs"] if (b := r.get("budget")) is not None]
+    budgets += [p[0] for t in trials for p in t["curve"]]
+    x_ticks, log_x = budget_axis(budgets)
+    y_ticks = nice_ticks(
+        min(p[1] for t in trials for p in t["curve"]), max(p[1] for t in trials for p in t["curve"])
+    )
+    width, height = PLOT_W - MARGIN_L - MARGIN_R, PLOT_H - MARGIN_T - MARGIN_B
+    scale = math.log if log_x else float
+    x0, x1 = scale(x_ticks[0]), scale(x_ticks[-1])
+    y0, y1 = y_ticks[0], y_ticks[-1]
+
+    def x(budget: float) -> float:
+        return MARGIN_L + (scale(budget) - x0) / ((x1 - x0) or 1) * width
+
+    def y(value: float) -> float:
+        return MARGIN_T + (1 - (value - y0) / ((y1 - y0) or 1)) * height
+
+    parts = [f'<rect class="plot-bg" x="{MARGIN_L}" y="{MARGIN_T}" width="{width}" height="{height}"/>']
+    for tick in y_ticks:
+        parts.append(
+            f'<line class="grid" x1="{MARGIN_L}" x2="{MARGIN_L + width}" '
+            f'y1="{y(tick):.1f}" y2="{y(tick):.1f}"/>'
+            f'<text class="tick y" x="{MARGIN_L - 6}" y="{y(tick) + 4:.1f}" text-anchor="end">'
+            f"{_esc(fmt_number(tick))}</text>"
+        )
+    for tick in x_ticks:
+        parts.append(
+            f'<line class="grid" x1="{x(tick):.1f}" x2="{x(tick):.1f}" '
+            f'y1="{MARGIN_T}" y2="{MARGIN_T + height}"/>'
+            f'<text class="tick x" x="{x(tick):.1f}" y="{MARGIN_T + height + 16}" text-anchor="middle">'
+            f"{_esc(fmt_number(tick))}</text>"
+        )
+    axis = "budget (log scale; a tick per rung)" if log_x else "budget"
+    parts.append(
+        f'<text class="axis" x="{MARGIN_L + width / 2}" y="{PLOT_H - 4}" text-anchor="middle">{axis}</text>'
+    )
+    # stopped trials first (under), then those that reached the last rung, the promoted one on top
+    order = sorted(trials, key=lambda t: (t["promoted"], t["stop"] == "finished"))
+    colors = _colors(data["trials"])
+    for trial in order:
+        color = colors.get(trial["id"], STOPPED_COLOR)
+        klass = (
+            "promoted" if trial["promoted"] else ("finished" if trial["stop"] == "finished" else "stopped")
+        )
+        points = trial["curve"]
+        coords = " ".join(f"{x(p[0]):.1f},{y(p[1]):.1f}" for p in points)
+        title = f"<title>{_esc(trial_title(trial))}</title>"
+        parts.append(
+            f'<polyline class="curve trial {klass}" data-trial="{_esc(trial["id"])}" points="{coords}" '
+            f'stroke="{color}">{title}</polyline>'
+        )
+        last = points[-1]
+        radius = 5 if trial["promoted"] else 3
+        parts.append(
+            f'<circle class="end {klass}" data-trial="{_esc(trial["id"])}" cx="{x(last[0]):.1f}" '
+            f'cy="{y(last[1]):.1f}" r="{radius}" fill="{color}">{title}</circle>'
+        )
+        if trial["promoted"]:
+            parts.append(
+                f'<text class="promoted-label" x="{x(last[0]) - 8:.1f}" y="{y(last[1]) - 8:.1f}" '
+                f'text-anchor="end">★ {_esc(trial["id"])} promoted</text>'
+            )
+    svg = (
+        f'<svg class="curves sweep" xmlns="http://www.w3.org/2000/svg" width="{PLOT_W}" height="{PLOT_H}" '
+        f'viewBox="0 0 {PLOT_W} {PLOT_H}" role="img" aria-label="{_esc(objective)} by budget, per trial">'
+        f"{''.join(parts)}</svg>"
+    )
+    caption = f"<figcaption>{_esc(objective)} by budget, one curve per trial</figcaption>"
+    return f'<figure class="plot">{caption}{svg}{_legend(data["trials"], colors)}</figure>'
+
+
+def _colors(trials: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """A colour for each trial that reached the last rung (the promoted one its own); the others
+    are drawn grey."""
+    colors: dict[str, str] = {}
+    finished = [t for t in trials if t["stop"] == "finished" or t["promoted"]]
+    for i, trial in enumerate(finished):
+        colors[trial["id"]] = PROMOTED_COLOR if trial["promoted"] else PALETTE[i % len(PALETTE)]
+    return colors
+
+
+def _legend(trials: Sequence[Mapping[str, Any]], colors: Mapping[str, str]) -> str:
+    items = []
+    for trial in trials:
+        if trial["id"] in colors:
+            mark = "★ " if trial["promoted"] else ""
+            items.append(
+                f'<li><span class="swatch" style="background:{colors[trial["id"]]}"></span>'
+                f"{mark}{_esc(trial_title(trial))}</li>"
+            )
+    others = sum(1 for t in trials if t["id"] not in colors and t["curve"])
+    if others:
+        items.append(
+            f'<li><span class="swatch" style="background:{STOPPED_COLOR}"></span>{others} trials that '
+            "stopped earlier (a dot where each stopped)</li>"
+        )
+    return f'<ul class="legend">{"".join(items)}</ul>'
+
+
+def _rung_cell(segment: Mapping[str, Any] | None, trial: Mapping[str, Any]) -> str:
+    if segment is None:
+        return '<td class="none">–</td>'
+    state = segment.get("state") or segment.get("task_state") or ""
+    last = segment["rung"] == trial["reached"]
+    klass = "num"
+    if last and trial["stop"] in ("not chosen", "sweep stopped"):
+        klass += " stopped"
+    elif last and trial["stop"] == "failed":
+        klass += " failed"
+    hit = " · cache hit" if segment.get("cache_hit") else ""
+    title = f"{state}{hit} · budget {_value(segment.get('budget'))}"
+    text = _value(segment.get("value")) if segment.get("value") is not None else (state or "–")
+    link = segment.get("link") or ""
+    if link_target(link) == "_top":
+        text_html = f'<a href="{_esc(link)}">{_esc(text)}</a>'
+    else:
+        text_html = _esc(text)
+    return f'<td class="{klass}" title="{_esc(title)}">{text_html}</td>'
+
+
+def render_sweep_table(data: Mapping[str, Any]) -> str:
+    """Trials x rungs: the trial (promoted marked), the parameters that differ, the objective its
+    segment recorded at each rung, where and why it stopped, what its segments cost."""
+    params, rungs = data["params"], data["rungs"]
+    heads = ["<th>Trial</th>"] + [f'<th class="param">{_esc(name)}</th>' for name in params]
+    for rung in rungs:
+        heads.append(f'<th class="rung">rung {rung["rung"]} · budget {_esc(_value(rung.get("budget")))}</th>')
+    heads += ["<th>Stopped</th>", "<th>Cost</th>"]
+    body = []
+    for trial in data["trials"]:
+        by_rung = {s["rung"]: s for s in trial["segments"]}
+        mark = '<span class="promoted-mark" title="promoted">★ promoted</span> ' if trial["promoted"] else ""
+        cells = [f"<td>{mark}{_esc(trial['id'])}</td>"]
+        cells += [f"<td>{_esc(_value_text(trial['params'].get(name)))}</td>" for name in params]
+        cells += [_rung_cell(by_rung.get(rung["rung"]), trial) for rung in rungs]
+        stop = STOP_TEXT.get(trial["stop"], trial["stop"])
+        state = {"finished": "st-ok", "failed": "st-bad", "pending": "st-run"}.get(trial["stop"], "")
+        cells.append(
+            f'<td class="stop" data-rung="{trial["reached"]}"><span class="state {state}">'
+            f"rung {trial['reached']} · {_esc(stop)}</span></td>"
+        )
+        costs = [s["cost"] for s in trial["segments"] if s.get("cost") is not None]
+        currency = next((s["currency"] for s in trial["segments"] if s.get("currency")), "")
+        cost = f"{fmt_number(sum(costs))} {currency}".strip() if costs else None
+        cells.append(f'<td class="num">{_esc(cost)}</td>' if cost else '<td class="none">–</td>')
+        klass = ' class="promoted"' if trial["promoted"] else ""
+        body.append(f'<tr data-trial="{_esc(trial["id"])}"{klass}>{"".join(cells)}</tr>')
+    caption = (
+        f"<caption>{_esc(data['objective'] or 'no objective recorded')} ({_esc(data['mode'])}) as each "
+        "segment's worker recorded it, by rung; the last value of a trial marks where it stopped</caption>"
+    )
+    return (
+        f'<table class="runs sweep">{caption}<thead><tr>{"".join(heads)}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table>"
+    )
+
+
+def _value_text(value: Any) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int | float):
+        return fmt_number(value)
+    return str(value)
+
+
+def render_rungs(data: Mapping[str, Any], runs_url: str) -> str:
+    """One line per rung: its budget, the trials its plan gave it, why the sweep stopped before it;
+    a link to the rung's runs in the comparison of its task."""
+    items = []
+    for rung in data["rungs"]:
+        task_id = f"{data['sweep_id']}.rung_{rung['rung']}"
+        link = f"{runs_url}?{urlencode({'task_id': task_id, 'layout': 'runs'})}"
+        planned = "not planned yet" if rung["planned"] is None else f"{rung['planned']} trials"
+        why = f" · stopped: {_esc(rung['stopped'])}" if rung.get("stopped") else ""
+        items.append(
+            f"<li>rung {rung['rung']} · budget {_esc(_value(rung.get('budget')))} · {planned}{why} · "
+            f'<a href="{_esc(link)}">its runs</a></li>'
+        )
+    return f'<ul class="rungs">{"".join(items)}</ul>'
+
+
+def render_sweep_page(data: Mapping[str, Any], *, static_url: str, json_url: str, runs_url: str) -> str:
+    """The whole page from the sweep's JSON form ``data`` (already masked); ``runs_url``: the
+    comparison of one task of this DAG run (``.../compare/<dag_id>/<run_id>``)."""
+    promoted = data.get("promoted")
+    winner = ""
+    if promoted:
+        value = _esc(_value(promoted.get("value")))
+        winner = f" · promoted {_esc(promoted['trial'])} ({value} at rung {promoted['rung']})"
+    spent = f" · spent {_esc(fmt_number(data['spent']))}" if data.get("spent") else ""
+    warnings = "".join(f'<div class="warning">{_esc(w)}</div>' for w in data["warnings"])
+    if data["segments_not_shown"]:
+        warnings += (
+            f'<div class="warning cut">{data["segments_not_shown"]} more segments of the sweep not shown '
+            f"(the view reads at most {data['max_segments']}).</div>"
+        )
+    table = render_sweep_table(data) if data["trials"] else '<div class="empty"><h2>No segment yet</h2></div>'
+    objective = _esc(data["objective"] or "no objective recorded")
+    where = f"{_esc(data['dag_id'])} · {_esc(data['sweep_id'])} · DAG run {_esc(data['dag_run_id'])}"
+    stats = f"{len(data['trials'])} trials · {len(data['rungs'])} rungs · {objective} ({_esc(data['mode'])})"
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>TorchX sweep · {_esc(data["dag_id"])} · {_esc(data["sweep_id"])}</title>
+<link rel="stylesheet" href="{_esc(static_url)}/lineage.css">
+<link rel="stylesheet" href="{_esc(static_url)}/compare.css">
+</head><body class="compare">
+<header>
+  <div class="title"><h1>TorchX sweep compared</h1>
+    <span class="run-id">{where}</span></div>
+  <div class="controls"><a class="json" href="{_esc(json_url)}" target="_blank" rel="noopener">JSON</a></div>
+  <div class="stats">{stats}{winner}{spent}</div>
+</header>
+{warnings}
+<section class="plots">{render_sweep_curves(data)}{render_rungs(data, runs_url)}</section>
+<section class="table-wrap">{table}</section>
+</body></html>
+"""
+
+
+def runs_url_of(root: str, dag_id: str, dag_run_id: str) -> str:
+    """The comparison page of one DAG run (``?task_id=...`` picks the task)."""
+    return f"{root}/compare/{quote(dag_id, safe='')}/{quote(dag_run_id, safe='')}"

@@ -1,0 +1,439 @@
+"""A sweep of one DAG run as the comparison view shows it: trials x rungs.
+
+A sweep (``torchx_airflow.sweeps``) is the task group ``<sweep_id>``: per rung ``k`` a plan
+(``<sweep_id>.plan_k``) and a mapped task of segments (``<sweep_id>.rung_k``), then
+``<sweep_id>.promote``. The view recognises it by those task ids in the DAG run, whichever of them
+(or the group's id) the comparison was asked for, and lays it out as one row per trial: the
+parameters that differ between trials, the objective its segment recorded at each rung, the rung
+where it stopped and why (not chosen by the next plan, its segment failed, or the sweep stopped at
+its budget), and the promoted trial marked.
+
+Every value is what a worker recorded in XCom, never a read of a tracker store (which any job may
+write): each segment's result (its own trial in ``sweep_trial``, its ``metrics``, state and cost),
+each plan's choice (its return value), record (``torchx_sweep``: spent, why it stopped) and
+description (``torchx_sweep_spec``: objective, mode, budgets), and the promotion's result. A
+trial's curve joins its segments' objective at their budgets. The DB part is three bulk queries
+whatever the size of the sweep; at most ``MAX_SEGMENTS`` segments are read (the view says how many
+it left out).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import func, select
+
+from torchx_airflow.lineage.keys import XCOM_RUN_ID
+from torchx_airflow.lineage.promotion import recorded_metrics
+from torchx_airflow.plugins.airflow_runs import XCOM_RESULT, DagRunNotFound
+from torchx_airflow.plugins.compare import lineage_link
+from torchx_airflow.sweeps.halving import finite
+from torchx_airflow.sweeps.tasks import RESULT_TRIAL, XCOM_SWEEP, XCOM_SWEEP_SPEC
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+#: segments read at most (a sweep of 162 trials at six rungs has 243)
+MAX_SEGMENTS = 2000
+SWEEP_TASK = re.compile(r"^(?P<sweep>.+)\.(?:(?P<kind>rung|plan)_(?P<rung>\d+)|promote)$")
+XCOM_KEYS = (XCOM_RESULT, XCOM_RUN_ID, XCOM_SWEEP, XCOM_SWEEP_SPEC)
+#: why a trial went no further
+FINISHED, NOT_CHOSEN, FAILED, SWEEP_STOPPED, PENDING = (
+    "finished",
+    "not chosen",
+    "failed",
+    "sweep stopped",
+    "pending",
+)
+
+
+def sweep_of(task_ids: Iterable[str], task_id: str) -> str | None:
+    """The sweep ``task_id`` belongs to (a sweep's task, or the sweep's group id), given the DAG
+    run's task ids; None when it is no sweep's."""
+    known = set(task_ids)
+    match = SWEEP_TASK.match(task_id)
+    for candidate in (match.group("sweep") if match else None, task_id):
+        if candidate and f"{candidate}.plan_0" in known and f"{candidate}.rung_0" in known:
+            return candidate
+    return None
+
+
+def find_sweep(session: Session, dag_id: str, dag_run_id: str, task_id: str) -> str | None:
+    """``sweep_of`` the DAG run's task instances (one query); ``DagRunNotFound`` without the run."""
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance as TI
+
+    if session.scalar(select(DagRun.id).where(DagRun.dag_id == dag_id, DagRun.run_id == dag_run_id)) is None:
+        raise DagRunNotFound(dag_id, dag_run_id)
+    rows = session.scalars(select(TI.task_id).distinct().where(TI.dag_id == dag_id, TI.run_id == dag_run_id))
+    return sweep_of(rows, task_id)
+
+
+@dataclass
+class Segment:
+    """One segment of a trial: a map index of ``<sweep>.rung_<rung>``."""
+
+    rung: int
+    map_index: int
+    task_state: str | None
+    state: str | None  # the app's final state, from the segment's result
+    budget: float | None
+    previous_budget: float | None
+    value: float | None  # the objective its worker recorded; None: failed or not recorded
+    cache_hit: bool = False
+    cost: float | None = None
+    currency: str | None = None
+    torchx_run_id: str | None = None
+    key: str = ""
+    link: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form."""
+        return dict(self.__dict__)
+
+
+@dataclass
+class Trial:
+    """One configuration of the sweep and its segments, rung by rung."""
+
+    index: int
+    id: str
+    params: dict[str, Any]
+    segments: list[Segment] = field(default_factory=list)
+    stop: str = PENDING  # why it went no further: FINISHED, NOT_CHOSEN, FAILED, SWEEP_STOPPED, PENDING
+    promoted: bool = False
+
+    @property
+    def reached(self) -> int:
+        """The highest rung it has a segment in."""
+        return max((s.rung for s in self.segments), default=-1)
+
+    @property
+    def last_value(self) -> float | None:
+        """The objective of its segment at the highest rung it reached."""
+        last = [s for s in self.segments if s.rung == self.reached]
+        return last[0].value if last else None
+
+    def curve(self) -> list[list[float]]:
+        """``[[budget, objective], ...]`` of its segments that recorded one, by budget."""
+        points: list[list[float]] = []
+        for segment in self.segments:
+            if segment.budget is not None and segment.value is not None:
+                points.append([segment.budget, segment.value])
+        return sorted(points)
+
+
+@dataclass
+class Rung:
+    """What one rung's plan decided."""
+
+    rung: int
+    budget: float | None
+    planned: int | None  # segments the plan gave the rung; None: the plan has not run
+    stopped: str | None = None  # why the sweep stopped before this rung, as its plan recorded it
+
+
+@dataclass
+class SweepView:
+    """A sweep of one DAG run: its rungs and trials, and what was left out."""
+
+    dag_id: str
+    dag_run_id: str
+    sweep_id: str
+    objective: str | None = None
+    mode: str = "min"
+    rungs: list[Rung] = field(default_factory=list)
+    trials: list[Trial] = field(default_factory=list)
+    promoted: dict[str, Any] | None = None
+    spent: float | None = None
+    warnings: list[str] = field(default_factory=list)
+    segments_not_shown: int = 0
+
+
+def _instances(session: Session, dag_id: str, dag_run_id: str, sweep_id: str) -> tuple[list[Any], int]:
+    """The sweep's segments (task instances of ``<sweep>.rung_k``), at most ``MAX_SEGMENTS``, and how
+    many more it has."""
+    from airflow.models.taskinstance import TaskInstance as TI
+
+    prefix = sweep_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ".rung\\_%"
+    of_sweep = (TI.dag_id == dag_id, TI.run_id == dag_run_id, TI.task_id.like(prefix, escape="\\"))
+    total = session.scalar(select(func.count()).select_from(TI).where(*of_sweep)) or 0
+    query = select(TI.task_id, TI.map_index, TI.state).where(*of_sweep).order_by(TI.task_id, TI.map_index)
+    rows = [row for row in session.execute(query.limit(MAX_SEGMENTS)) if _rung_of(row.task_id, sweep_id) >= 0]
+    return rows, max(0, total - len(rows))
+
+
+def _xcoms(session: Session, dag_id: str, dag_run_id: str, sweep_id: str) -> dict:
+    """``{(task id, map index): {key: value}}`` of the sweep's tasks, one query."""
+    from airflow.models.xcom import XComModel
+
+    prefix = sweep_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ".%"
+    rows = session.execute(
+        select(XComModel.task_id, XComModel.map_index, XComModel.key, XComModel.value).where(
+            XComModel.dag_id == dag_id,
+            XComModel.run_id == dag_run_id,
+            XComModel.task_id.like(prefix, escape="\\"),
+            XComModel.key.in_(XCOM_KEYS),
+        )
+    )
+    values: dict[tuple[str, int], dict[str, Any]] = {}
+    for row in rows:
+        values.setdefault((row.task_id, row.map_index), {})[row.key] = XComModel.deserialize_value(row)
+    return values
+
+
+def load_sweep(
+    session: Session, dag_id: str, dag_run_id: str, sweep_id: str, lineage_prefix: str = ""
+) -> SweepView:
+    """The sweep ``sweep_id`` of the DAG run, from its task instances and XComs (a few queries)."""
+    instances, not_shown = _instances(session, dag_id, dag_run_id, sweep_id)
+    view = SweepView(dag_id, dag_run_id, sweep_id, segments_not_shown=not_shown)
+    fill_sweep(view, instances, _xcoms(session, dag_id, dag_run_id, sweep_id), lineage_prefix)
+    return view
+
+
+def _rung_of(task_id: str, sweep_id: str) -> int:
+    match = SWEEP_TASK.match(task_id)
+    if not match or match.group("sweep") != sweep_id or match.group("kind") != "rung":
+        return -1
+    return int(match.group("rung"))
+
+
+def fill_sweep(
+    view: SweepView,
+    instances: Iterable[Any],
+    xcoms: Mapping[tuple[str, int], Mapping[str, Any]],
+    lineage_prefix: str = "",
+) -> None:
+    """The trials and rungs of ``view`` from its segments' task instances (``task_id``,
+    ``map_index``, ``state``) and the sweep's XComs (``{(task id, map index): {key: value}}``)."""
+    sweep = view.sweep_id
+    plans = _plans(xcoms, sweep)
+    spec = _spec(plans, xcoms.get((f"{sweep}.promote", -1), {}).get(XCOM_RESULT))
+    view.objective, view.mode = spec.get("objective"), spec.get("mode") or "min"
+    budgets = spec.get("budgets") or []
+    if view.objective is None:
+        view.warnings.append(
+            f"The sweep {sweep!r} recorded no objective (a plan from an earlier version and no "
+            "promotion): its trials are shown without values."
+        )
+    count = max([len(budgets), *(k + 1 for k in plans)], default=0)
+    trials: dict[int, Trial] = {}
+    for ti in instances:
+        rung = _rung_of(ti.task_id, sweep)
+        pushed = xcoms.get((ti.task_id, ti.map_index), {})
+        planned = _planned(plans.get(rung), ti.map_index)
+        segment, record = _segment(view, rung, ti, pushed, planned, lineage_prefix)
+        if record is None:
+            continue
+        count = max(count, rung + 1)
+        index = int(record["index"])
+        if index not in trials:
+            trials[index] = Trial(index, str(record.get("id") or f"#{index}"), _params(record))
+        trials[index].segments.append(segment)
+    view.rungs = [_rung(k, budgets, plans.get(k), trials.values()) for k in range(count)]
+    view.spent = _spent(plans)
+    for trial in trials.values():
+        trial.segments.sort(key=lambda s: s.rung)
+        trial.stop = _stop(trial, plans, count)
+    _mark_promoted(view, trials, xcoms.get((f"{sweep}.promote", -1), {}).get(XCOM_RESULT))
+    sign = 1.0 if view.mode == "min" else -1.0
+    view.trials = sorted(
+        trials.values(),
+        key=lambda t: (
+            not t.promoted,
+            -t.reached,
+            t.last_value is None,
+            sign * (t.last_value or 0.0),
+            t.index,
+        ),
+    )
+
+
+def _plans(xcoms: Mapping[tuple[str, int], Mapping[str, Any]], sweep: str) -> dict[int, Mapping[str, Any]]:
+    """Each rung's plan XComs, by rung."""
+    plans = {}
+    for (task_id, map_index), pushed in xcoms.items():
+        match = SWEEP_TASK.match(task_id)
+        if match and match.group("sweep") == sweep and match.group("kind") == "plan" and map_index < 0:
+            plans[int(match.group("rung"))] = pushed
+    return plans
+
+
+def _spec(plans: Mapping[int, Mapping[str, Any]], promoted: Any) -> dict[str, Any]:
+    """What the sweep is (objective, mode, budgets): its plans' record, else the promotion's."""
+    for rung in sorted(plans):
+        spec = plans[rung].get(XCOM_SWEEP_SPEC)
+        if isinstance(spec, Mapping) and isinstance(spec.get("objective"), str):
+            budgets = [finite(b) for b in spec.get("budgets") or []]
+            return {
+                "objective": spec["objective"],
+                "mode": "max" if spec.get("mode") == "max" else "min",
+                "budgets": budgets if all(b is not None for b in budgets) else [],
+            }
+    if isinstance(promoted, Mapping) and isinstance(promoted.get("objective"), str):
+        return {"objective": promoted["objective"], "mode": "max" if promoted.get("mode") == "max" else "min"}
+    return {}
+
+
+def _planned(plan: Mapping[str, Any] | None, map_index: int) -> Mapping[str, Any] | None:
+    """The trial a plan gave the segment at ``map_index``."""
+    segments = plan.get(XCOM_RESULT) if plan else None
+    if not isinstance(segments, list) or not 0 <= map_index < len(segments):
+        return None
+    trial = segments[map_index].get("trial") if isinstance(segments[map_index], Mapping) else None
+    return trial if isinstance(trial, Mapping) else None
+
+
+def _params(trial: Mapping[str, Any]) -> dict[str, Any]:
+    params = trial.get("params")
+    return dict(params) if isinstance(params, Mapping) else {}
+
+
+def _segment(
+    view: SweepView,
+    rung: int,
+    ti: Any,
+    pushed: Mapping[str, Any],
+    planned: Mapping[str, Any] | None,
+    prefix: str,
+) -> tuple[Segment, Mapping[str, Any] | None]:
+    """A segment from its XComs, and its trial: the segment's own record, else its plan's."""
+    result = pushed.get(XCOM_RESULT)
+    result = result if isinstance(result, Mapping) else {}
+    own = result.get(RESULT_TRIAL)
+    trial = own if isinstance(own, Mapping) and isinstance(own.get("index"), int) else planned
+    if trial is not None and not isinstance(trial.get("index"), int):
+        trial = None
+    cost = result.get("cost")
+    total = finite(cost.get("actual", {}).get("total")) if isinstance(cost, Mapping) else None
+    currency = cost.get("actual", {}).get("currency") if isinstance(cost, Mapping) else None
+    value = None
+    if view.objective is not None and result.get("state") == "SUCCEEDED":
+        value = recorded_metrics(result).get(view.objective)
+    run_id = pushed.get(XCOM_RUN_ID)
+    segment = Segment(
+        rung=rung,
+        map_index=ti.map_index,
+        task_state=str(ti.state) if ti.state else None,
+        state=result.get("state") if isinstance(result.get("state"), str) else None,
+        budget=finite((trial or {}).get("budget")),
+        previous_budget=finite((trial or {}).get("previous_budget")),
+        value=value,
+        cache_hit=bool(result.get("cache_hit")),
+        cost=total,
+        currency=currency if isinstance(currency, str) else None,
+        torchx_run_id=run_id if isinstance(run_id, str) and run_id else None,
+        key=f"{ti.task_id}/{ti.map_index}",
+        link=lineage_link(prefix, view.dag_id, view.dag_run_id, ti.task_id, ti.map_index),
+    )
+    return segment, trial
+
+
+def _rung(k: int, budgets: Sequence[Any], plan: Mapping[str, Any] | None, trials: Iterable[Trial]) -> Rung:
+    """Rung ``k`` as its plan recorded it; its budget the sweep's, else (plans of an earlier version)
+    what its segments trained to."""
+    segments = plan.get(XCOM_RESULT) if plan else None
+    record = plan.get(XCOM_SWEEP) if plan else None
+    stopped = record.get("stopped") if isinstance(record, Mapping) else None
+    trained = (s.budget for t in trials for s in t.segments if s.rung == k and s.budget is not None)
+    return Rung(
+        rung=k,
+        budget=budgets[k] if k < len(budgets) else next(trained, None),
+        planned=len(segments) if isinstance(segments, list) else None,
+        stopped=stopped if isinstance(stopped, str) else None,
+    )
+
+
+def _spent(plans: Mapping[int, Mapping[str, Any]]) -> float | None:
+    """What the sweep spent before its last plan, as that plan recorded it."""
+    for rung in sorted(plans, reverse=True):
+        record = plans[rung].get(XCOM_SWEEP)
+        if isinstance(record, Mapping):
+            return finite(record.get("spent"))
+    return None
+
+
+def _stop(trial: Trial, plans: Mapping[int, Mapping[str, Any]], rungs: int) -> str:
+    """Why the trial went no further than the highest rung it reached."""
+    last = trial.segments[-1]
+    if (
+        last.state is not None
+        and last.state != "SUCCEEDED"
+        or last.task_state in ("failed", "upstream_failed")
+    ):
+        return FAILED
+    if last.state == "SUCCEEDED" and last.value is None:
+        return FAILED  # it recorded no value of the objective: the next plan drops it
+    if trial.reached == rungs - 1:
+        return FINISHED if last.state == "SUCCEEDED" else PENDING
+    following = plans.get(trial.reached + 1)
+    if following is None or not isinstance(following.get(XCOM_RESULT), list):
+        return PENDING
+    record = following.get(XCOM_SWEEP)
+    if isinstance(record, Mapping) and record.get("stopped"):
+        return SWEEP_STOPPED
+    return NOT_CHOSEN
+
+
+def _mark_promoted(view: SweepView, trials: Mapping[int, Trial], promoted: Any) -> None:
+    """The trial whose segment the promotion published, by the task and map index it names."""
+    if not isinstance(promoted, Mapping):
+        return
+    runs_of, map_index = promoted.get("runs_of"), promoted.get("map_index")
+    rung = _rung_of(runs_of, view.sweep_id) if isinstance(runs_of, str) else -1
+    for trial in trials.values():
+        if any(s.rung == rung and s.map_index == map_index for s in trial.segments):
+            trial.promoted = True
+            view.promoted = {
+                "trial": trial.id,
+                "rung": rung,
+                "map_index": map_index,
+                "value": finite(promoted.get("value")),
+                "path": promoted.get("path") if isinstance(promoted.get("path"), str) else None,
+            }
+            return
+
+
+def differing_params(trials: Sequence[Trial]) -> list[str]:
+    """The parameters whose value is not the same in every trial, in the search space's order."""
+    names = list(dict.fromkeys(name for trial in trials for name in trial.params))
+    return [n for n in names if len({repr(t.params.get(n)) for t in trials}) > 1]
+
+
+def sweep_json(view: SweepView) -> dict[str, Any]:
+    """The sweep as JSON: rungs, the trials (the differing parameters first, then each segment's
+    objective), each trial's curve, why it stopped, and the promoted one."""
+    params = differing_params(view.trials)
+    return {
+        "layout": "sweep",
+        "dag_id": view.dag_id,
+        "dag_run_id": view.dag_run_id,
+        "sweep_id": view.sweep_id,
+        "objective": view.objective,
+        "mode": view.mode,
+        "params": params,
+        "rungs": [rung.__dict__ for rung in view.rungs],
+        "trials": [
+            {
+                "id": trial.id,
+                "index": trial.index,
+                "params": {name: trial.params.get(name) for name in params},
+                "reached": trial.reached,
+                "stop": trial.stop,
+                "promoted": trial.promoted,
+                "value": trial.last_value,
+                "curve": trial.curve(),
+                "segments": [s.to_dict() for s in trial.segments],
+            }
+            for trial in view.trials
+        ],
+        "promoted": view.promoted,
+        "spent": view.spent,
+        "warnings": view.warnings,
+        "segments_not_shown": view.segments_not_shown,
+        "max_segments": MAX_SEGMENTS,
+    }
