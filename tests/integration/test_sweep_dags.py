@@ -1,11 +1,17 @@
 """Sweeps through a real DAG run (``airflow dags test``, local_cwd; tests/dags/torchx_sweep_dags.py):
 27 configurations by successive halving, rungs at 1, 3 and 9 epochs, where the best configuration
-after 9 epochs is only 4th after one (tests/dags/jobs/sweep_trial.py)."""
+after 9 epochs is only 4th after one (tests/dags/jobs/sweep_trial.py).
+
+The views of the sweep are read from the same runs, through the plugin's own app and routes (its
+access checks stood in for: tests/integration/test_compare_view.py runs them against Airflow's auth):
+the comparison as trials x rungs, and the lineage graph of each trial's chain of segments."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
+import urllib.parse
 
 import pytest
 
@@ -43,11 +49,99 @@ def _processes(out) -> str:
     return subprocess.run(["pgrep", "-af", str(out)], capture_output=True, text=True).stdout
 
 
+@pytest.fixture(scope="module")
+def views():
+    """The plugin's app (``plugins/app.py``) on the tests' metadata DB, its read checks passed (for
+    the DAG run and for the other DAG runs a cache hit stands for)."""
+    from airflow.api_fastapi.core_api.security import get_user
+    from fastapi.testclient import TestClient
+
+    from torchx_airflow.plugins import app as plugin_app
+
+    app = plugin_app.create_app()
+    for check in plugin_app.CanReadLineage:
+        app.dependency_overrides[check.dependency] = lambda: None
+    app.dependency_overrides[get_user] = lambda: None
+    with pytest.MonkeyPatch.context() as mp, TestClient(app) as client:
+        mp.setattr(plugin_app, "readable_dag_ids", lambda dag_ids, user: set(dag_ids))
+        yield client
+
+
+def _get(client, path: str, result, **query) -> object:
+    run = urllib.parse.quote(result.run_id, safe="")
+    reply = client.get(f"{path}/{result.dag_id}/{run}", params=query)
+    assert reply.status_code == 200, reply.text
+    return reply.json() if "/api/" in path else reply.text
+
+
+def _chains(result, plans: list[list[dict]]) -> dict[str, list[tuple[str, str | None]]]:
+    """Each trial's segments, rung by rung: (run id, the run a cache hit stands for)."""
+    chains: dict[str, list[tuple[str, str | None]]] = {}
+    for k, plan in enumerate(plans):
+        for i, segment in enumerate(plan):
+            run_id = result.xcom(f"sweep.rung_{k}", "torchx_run_id", map_index=i)
+            cached_from = result.xcom(f"sweep.rung_{k}", map_index=i).get("cached_from")
+            chains.setdefault(segment["trial"]["id"], []).append((run_id, cached_from))
+    return chains
+
+
+def _check_lineage(views, result, plans: list[list[dict]]) -> None:
+    """The lineage view shows each trial as its chain of segments: a continuing segment's one parent
+    in the DAG run is its trial's previous segment; a cache hit's other parent is the run it stands
+    for (``cached_from``), and it has no other."""
+    graph = _get(views, "/api/lineage", result, depth=3)
+    chains = _chains(result, plans)
+    runs = {run["id"]: run for run in graph["runs"]}
+    parents: dict[str, set[str]] = {}
+    for edge in graph["edges"]:
+        parents.setdefault(edge["target"], set()).add(edge["source"])
+    chained = {run_id for chain in chains.values() for run_id, _ in chain}
+    assert chained <= {run_id for run_id, run in runs.items() if run["in_dag_run"]}
+    for trial, chain in chains.items():
+        before = None
+        for run_id, cached_from in chain:
+            expected = {p for p in (before, cached_from) if p}
+            assert parents.get(run_id, set()) == expected, (trial, run_id, parents.get(run_id), expected)
+            before = run_id
+    continuing = [run_id for run_id in chained if parents.get(run_id, set()) & chained]
+    assert len(continuing) == 9 + 3
+
+
+def _check_comparison(views, result, plans: list[list[dict]], segments, winner: dict) -> None:
+    """The comparison view of any of the sweep's tasks shows the sweep: trials x rungs, each trial's
+    curve of what its segments' workers recorded, where it stopped, the promoted trial first."""
+    data = _get(views, "/api/compare", result, task_id="sweep.rung_1")
+    assert data["layout"] == "sweep" and data["sweep_id"] == "sweep"
+    assert (data["objective"], data["mode"], data["params"]) == ("val_loss", "min", ["lr", "width", "depth"])
+    assert [(r["budget"], r["planned"]) for r in data["rungs"]] == [(1, 27), (3, 9), (9, 3)]
+    trials = {t["id"]: t for t in data["trials"]}
+    assert len(trials) == 27 and data["trials"][0]["id"] == winner["id"] and data["trials"][0]["promoted"]
+    assert data["promoted"]["trial"] == winner["id"] and data["promoted"]["rung"] == 2
+    for k, plan in enumerate(plans):
+        for p, s in zip(plan, segments[k], strict=True):
+            trial = trials[p["trial"]["id"]]
+            assert trial["params"] == p["trial"]["params"]
+            assert trial["curve"][k] == [p["trial"]["budget"], s["metrics"]["val_loss"]]
+    stops = [(t["reached"], t["stop"]) for t in data["trials"]]
+    assert sorted(stops) == [(0, "not chosen")] * 18 + [(1, "not chosen")] * 6 + [(2, "finished")] * 3
+    assert sum(t["promoted"] for t in data["trials"]) == 1
+    assert _get(views, "/api/compare", result, task_id="sweep") == data  # the group's id: the same
+    runs = _get(views, "/api/compare", result, task_id="sweep.rung_1", layout="runs")
+    assert runs["layout"] == "runs" and len(runs["runs"]) == 9
+    page = _get(views, "/compare", result, task_id="sweep.promote")
+    assert page.count('<polyline class="curve trial') == 27
+    assert f"★ {winner['id']} promoted" in page and page.count('<tr data-trial="') == 27
+    assert re.findall(r'class="tick x"[^>]*>([^<]*)<', page) == ["1", "3", "9"]
+    assert page.count("rung 0 · not chosen") == 18 and page.count("rung 2 · finished") == 3
+
+
 def test_a_27_configuration_sweep_picks_the_best_trains_a_third_reruns_from_cache_and_stops_at_a_budget(
-    run_dag, tmp_path
+    run_dag, tmp_path, views, monkeypatch
 ):
     out = tmp_path / "runs"
     env = _env(tmp_path / "store", out)
+    for name, value in env.items():  # the views read the store as the tasks' connections name it
+        monkeypatch.setenv(name, value)
     result = run_dag("tx_sweep", conf={"out": str(out)}, env=env, timeout=900)
     assert result.states.get("sweep.promote") == "success", result.output[-6000:]
     plans = [result.xcom(f"sweep.plan_{k}") for k in range(3)]
@@ -77,6 +171,8 @@ def test_a_27_configuration_sweep_picks_the_best_trains_a_third_reruns_from_cach
     assert sorted(rung0, key=rung0.__getitem__).index(winner["index"]) == 3  # 4th after one epoch
     assert result.output.count("Promoted ") == 1
     assert _processes(out) == ""
+    _check_lineage(views, result, plans)
+    _check_comparison(views, result, plans, segments, winner)
 
     again = run_dag("tx_sweep", conf={"out": str(out)}, env=env, timeout=900)
     assert again.states.get("sweep.promote") == "success", again.output[-6000:]
@@ -88,6 +184,7 @@ def test_a_27_configuration_sweep_picks_the_best_trains_a_third_reruns_from_cach
     assert _choices(replans) == _choices(plans)
     assert all(p["trial"]["source"].startswith("airflow://tx_sweep/") for k in (1, 2) for p in replans[k])
     assert again.xcom("sweep.promote")["path"] == promoted["path"]
+    _check_lineage(views, again, replans)  # the cache hits' chains too
 
     # the same sweep, uncached, under a budget that the first rung fits and the second would pass:
     # it stops after the first rung and promotes the best trial after one epoch
