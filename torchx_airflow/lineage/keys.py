@@ -17,6 +17,14 @@ XCOM_CACHE_KEY = "torchx_cache_key"
 #: of a task that is not a TorchX run, between TorchX tasks (a sweep's plan): ``{downstream task id:
 #: [the parents of each of its map indexes, or None to look further up]}``
 XCOM_LINEAGE_PARENTS = "torchx_lineage_parents"
+#: of a sweep's plan (``sweeps.tasks``): the sweep's spending and why it stopped (when it did), and
+#: what the sweep is (objective, mode, budgets, the plan's rung), which its comparison view reads
+XCOM_SWEEP = "torchx_sweep"
+XCOM_SWEEP_SPEC = "torchx_sweep_spec"
+#: the field of a sweep segment's result that holds its own trial
+RESULT_TRIAL = "sweep_trial"
+#: of a sweep segment whose task failed: what its job cost (a failed task pushes no result)
+XCOM_SEGMENT_SPENT = "torchx_sweep_spent"
 
 # tracker metadata keys of a run
 METADATA_PREFIX = "airflow_"

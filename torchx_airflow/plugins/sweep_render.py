@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -59,90 +60,130 @@ def trial_title(trial: Mapping[str, Any]) -> str:
     return f"{trial['id']} {params} · {stop}{mark}".replace("  ", " ")
 
 
+@dataclass(frozen=True)
+class _Plot:
+    """Where a budget and a value fall in the plot: x on a log scale (or linear), y linear."""
+
+    x0: float
+    x1: float
+    y0: float
+    y1: float
+    log_x: bool
+
+    def x(self, budget: float) -> float:
+        scale = math.log if self.log_x else float
+        span = (scale(self.x1) - scale(self.x0)) or 1.0
+        return MARGIN_L + (scale(budget) - scale(self.x0)) / span * (PLOT_W - MARGIN_L - MARGIN_R)
+
+    def y(self, value: float) -> float:
+        height = PLOT_H - MARGIN_T - MARGIN_B
+        return MARGIN_T + (1 - (value - self.y0) / ((self.y1 - self.y0) or 1.0)) * height
+
+    def coords(self, points: Sequence[Sequence[float]]) -> str:
+        return " ".join(f"{self.x(p[0]):.1f},{self.y(p[1]):.1f}" for p in points)
+
+
+def _axes(plot: _Plot, x_ticks: Sequence[float], y_ticks: Sequence[float]) -> list[str]:
+    width, height = PLOT_W - MARGIN_L - MARGIN_R, PLOT_H - MARGIN_T - MARGIN_B
+    parts = [f'<rect class="plot-bg" x="{MARGIN_L}" y="{MARGIN_T}" width="{width}" height="{height}"/>']
+    for tick in y_ticks:
+        parts.append(
+            f'<line class="grid" x1="{MARGIN_L}" x2="{MARGIN_L + width}" '
+            f'y1="{plot.y(tick):.1f}" y2="{plot.y(tick):.1f}"/>'
+            f'<text class="tick y" x="{MARGIN_L - 6}" y="{plot.y(tick) + 4:.1f}" text-anchor="end">'
+            f"{_esc(fmt_number(tick))}</text>"
+        )
+    for tick in x_ticks:
+        parts.append(
+            f'<line class="grid" x1="{plot.x(tick):.1f}" x2="{plot.x(tick):.1f}" '
+            f'y1="{MARGIN_T}" y2="{MARGIN_T + height}"/>'
+            f'<text class="tick x" x="{plot.x(tick):.1f}" y="{MARGIN_T + height + 16}" text-anchor="middle">'
+            f"{_esc(fmt_number(tick))}</text>"
+        )
+    axis = "budget (log scale; a tick per rung)" if plot.log_x else "budget"
+    parts.append(
+        f'<text class="axis" x="{MARGIN_L + width / 2}" y="{PLOT_H - 4}" text-anchor="middle">{axis}</text>'
+    )
+    return parts
+
+
+def _trial(plot: _Plot, trial: Mapping[str, Any], color: str, series: Sequence[Sequence[float]]) -> list[str]:
+    """A trial's curve through its recorded values, a dot where it stopped, its per-epoch series
+    when it logged one, the promoted trial's label."""
+    klass = "promoted" if trial["promoted"] else ("finished" if trial["stop"] == "finished" else "stopped")
+    tag = f'data-trial="{_esc(trial["id"])}"'
+    title = f"<title>{_esc(trial_title(trial))}</title>"
+    parts = []
+    if series:
+        parts.append(
+            f'<polyline class="series" {tag} points="{plot.coords(series)}" stroke="{color}">'
+            f"<title>{_esc(trial['id'])}: {_esc(trial['stop'])}, as logged each epoch</title></polyline>"
+        )
+    points = trial["curve"]
+    parts.append(
+        f'<polyline class="curve trial {klass}" {tag} points="{plot.coords(points)}" stroke="{color}">'
+        f"{title}</polyline>"
+    )
+    cx, cy, radius = plot.x(points[-1][0]), plot.y(points[-1][1]), 5 if trial["promoted"] else 3
+    parts.append(
+        f'<circle class="end {klass}" {tag} cx="{cx:.1f}" cy="{cy:.1f}" r="{radius}" fill="{color}">'
+        f"{title}</circle>"
+    )
+    if trial["promoted"]:
+        parts.append(
+            f'<text class="promoted-label" x="{cx - 8:.1f}" y="{cy - 8:.1f}" text-anchor="end">'
+            f"★ {_esc(trial['id'])} promoted</text>"
+        )
+    return parts
+
+
 def render_sweep_curves(data: Mapping[str, Any]) -> str:
     """One SVG plot: a polyline per trial through its segments' objective at their budgets, a dot
-    where it stopped, the promoted trial drawn over the others and labelled."""
+    where it stopped, the per-epoch series of the trials that got furthest (as logged), the promoted
+    trial drawn over the others and labelled."""
     trials = [t for t in data["trials"] if t["curve"]]
     objective = data["objective"] or "the objective"
     if not trials:
         return f'<p class="none">No segment of this sweep recorded {_esc(objective)} yet.</p>'
     budgets = [b for r in data["rungs"] if (b := r.get("budget")) is not None]
-    budgets += [p[0] for t in trials for p in t["curve"]]
-    x_ticks, log_x = budget_axis(budgets)
-    y_ticks = nice_ticks(
-        min(p[1] for t in trials for p in t["curve"]), max(p[1] for t in trials for p in t["curve"])
-    )
-    width, height = PLOT_W - MARGIN_L - MARGIN_R, PLOT_H - MARGIN_T - MARGIN_B
-    scale = math.log if log_x else float
-    x0, x1 = scale(x_ticks[0]), scale(x_ticks[-1])
-    y0, y1 = y_ticks[0], y_ticks[-1]
-
-    def x(budget: float) -> float:
-        return MARGIN_L + (scale(budget) - x0) / ((x1 - x0) or 1) * width
-
-    def y(value: float) -> float:
-        return MARGIN_T + (1 - (value - y0) / ((y1 - y0) or 1)) * height
-
-    parts = [f'<rect class="plot-bg" x="{MARGIN_L}" y="{MARGIN_T}" width="{width}" height="{height}"/>']
-    for tick in y_ticks:
-        parts.append(
-            f'<line class="grid" x1="{MARGIN_L}" x2="{MARGIN_L + width}" '
-            f'y1="{y(tick):.1f}" y2="{y(tick):.1f}"/>'
-            f'<text class="tick y" x="{MARGIN_L - 6}" y="{y(tick) + 4:.1f}" text-anchor="end">'
-            f"{_esc(fmt_number(tick))}</text>"
-        )
-    for tick in x_ticks:
-        parts.append(
-            f'<line class="grid" x1="{x(tick):.1f}" x2="{x(tick):.1f}" '
-            f'y1="{MARGIN_T}" y2="{MARGIN_T + height}"/>'
-            f'<text class="tick x" x="{x(tick):.1f}" y="{MARGIN_T + height + 16}" text-anchor="middle">'
-            f"{_esc(fmt_number(tick))}</text>"
-        )
-    axis = "budget (log scale; a tick per rung)" if log_x else "budget"
-    parts.append(
-        f'<text class="axis" x="{MARGIN_L + width / 2}" y="{PLOT_H - 4}" text-anchor="middle">{axis}</text>'
-    )
-    # stopped trials first (under), then those that reached the last rung, the promoted one on top
-    order = sorted(trials, key=lambda t: (t["promoted"], t["stop"] == "finished"))
+    x_ticks, log_x = budget_axis(budgets + [p[0] for t in trials for p in t["curve"]])
+    series = {t["id"]: _drawable(t.get("series") or [], log_x) for t in trials if t.get("highlight")}
+    points = [p for t in trials for p in t["curve"]] + [p for s in series.values() for p in s]
+    y_ticks = nice_ticks(min(p[1] for p in points), max(p[1] for p in points))
+    steps = [*x_ticks, *(p[0] for s in series.values() for p in s)]
+    plot = _Plot(min(steps), max(steps), y_ticks[0], y_ticks[-1], log_x)
+    parts = _axes(plot, x_ticks, y_ticks)
     colors = _colors(data["trials"])
-    for trial in order:
-        color = colors.get(trial["id"], STOPPED_COLOR)
-        klass = (
-            "promoted" if trial["promoted"] else ("finished" if trial["stop"] == "finished" else "stopped")
-        )
-        points = trial["curve"]
-        coords = " ".join(f"{x(p[0]):.1f},{y(p[1]):.1f}" for p in points)
-        title = f"<title>{_esc(trial_title(trial))}</title>"
-        parts.append(
-            f'<polyline class="curve trial {klass}" data-trial="{_esc(trial["id"])}" points="{coords}" '
-            f'stroke="{color}">{title}</polyline>'
-        )
-        last = points[-1]
-        radius = 5 if trial["promoted"] else 3
-        parts.append(
-            f'<circle class="end {klass}" data-trial="{_esc(trial["id"])}" cx="{x(last[0]):.1f}" '
-            f'cy="{y(last[1]):.1f}" r="{radius}" fill="{color}">{title}</circle>'
-        )
-        if trial["promoted"]:
-            parts.append(
-                f'<text class="promoted-label" x="{x(last[0]) - 8:.1f}" y="{y(last[1]) - 8:.1f}" '
-                f'text-anchor="end">★ {_esc(trial["id"])} promoted</text>'
-            )
+    # grey trials first (under), then those that got furthest, the promoted one on top
+    for trial in sorted(trials, key=lambda t: (t["promoted"], t["id"] in colors)):
+        parts += _trial(plot, trial, colors.get(trial["id"], STOPPED_COLOR), series.get(trial["id"]) or [])
     svg = (
         f'<svg class="curves sweep" xmlns="http://www.w3.org/2000/svg" width="{PLOT_W}" height="{PLOT_H}" '
         f'viewBox="0 0 {PLOT_W} {PLOT_H}" role="img" aria-label="{_esc(objective)} by budget, per trial">'
         f"{''.join(parts)}</svg>"
     )
     caption = f"<figcaption>{_esc(objective)} by budget, one curve per trial</figcaption>"
-    return f'<figure class="plot">{caption}{svg}{_legend(data["trials"], colors)}</figure>'
+    note = ""
+    if series and any(series.values()):
+        note = (
+            '<p class="left-out">Thin lines: the objective by epoch as the furthest trials\' segments logged '
+            "it in their tracker (shown only; the rungs were chosen from the values each worker recorded, "
+            "the dots and thick lines).</p>"
+        )
+    return f'<figure class="plot">{caption}{svg}{_legend(data["trials"], colors)}{note}</figure>'
+
+
+def _drawable(series: Sequence[Sequence[float]], log_x: bool) -> list[Sequence[float]]:
+    """A series' points the axis can draw (a log scale has no step 0)."""
+    return [p for p in series if p[0] > 0] if log_x else list(series)
 
 
 def _colors(trials: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """A colour for each trial that reached the last rung (the promoted one its own); the others
-    are drawn grey."""
+    """A colour for each of the trials that got furthest (the promoted one its own); the others are
+    drawn grey."""
     colors: dict[str, str] = {}
-    finished = [t for t in trials if t["stop"] == "finished" or t["promoted"]]
-    for i, trial in enumerate(finished):
+    furthest = [t for t in trials if t.get("highlight") or t["promoted"]]
+    for i, trial in enumerate(furthest):
         colors[trial["id"]] = PROMOTED_COLOR if trial["promoted"] else PALETTE[i % len(PALETTE)]
     return colors
 
@@ -159,8 +200,8 @@ def _legend(trials: Sequence[Mapping[str, Any]], colors: Mapping[str, str]) -> s
     others = sum(1 for t in trials if t["id"] not in colors and t["curve"])
     if others:
         items.append(
-            f'<li><span class="swatch" style="background:{STOPPED_COLOR}"></span>{others} trials that '
-            "stopped earlier (a dot where each stopped)</li>"
+            f'<li><span class="swatch" style="background:{STOPPED_COLOR}"></span>{others} other trials '
+            "(a dot where each stopped)</li>"
         )
     return f'<ul class="legend">{"".join(items)}</ul>'
 

@@ -8,36 +8,55 @@ parameters that differ between trials, the objective its segment recorded at eac
 where it stopped and why (not chosen by the next plan, its segment failed, or the sweep stopped at
 its budget), and the promoted trial marked.
 
-Every value is what a worker recorded in XCom, never a read of a tracker store (which any job may
-write): each segment's result (its own trial in ``sweep_trial``, its ``metrics``, state and cost),
-each plan's choice (its return value), record (``torchx_sweep``: spent, why it stopped) and
-description (``torchx_sweep_spec``: objective, mode, budgets), and the promotion's result. A
-trial's curve joins its segments' objective at their budgets. The DB part is three bulk queries
-whatever the size of the sweep; at most ``MAX_SEGMENTS`` segments are read (the view says how many
-it left out).
+Every value the layout rests on is what a worker recorded in XCom, never a read of a tracker store
+(which any job may write): each segment's result (its own trial in ``sweep_trial``, its
+``metrics``, state and cost), each plan's choice (its return value), record (``torchx_sweep``:
+spent, why it stopped) and description (``torchx_sweep_spec``: objective, mode, budgets), and the
+promotion's result. A trial's curve joins its segments' objective at their budgets. For the trials
+that got furthest (at most ``MAX_SERIES_TRIALS``) the view also draws the objective's per-epoch
+series where their segments logged one (``lineage.metrics.metric_series``, a cache hit's from the
+run it stands for): read from each segment's first tracker within a reader's bounds, shown beside
+the recorded values and never deciding anything. The DB part is a few bulk queries whatever the
+size of the sweep; at most ``MAX_SEGMENTS`` segments are read (the view says how many it left out).
 """
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
 
-from torchx_airflow.lineage.keys import XCOM_RUN_ID
+from torchx_airflow.lineage.keys import RESULT_TRIAL, XCOM_RUN_ID, XCOM_SWEEP, XCOM_SWEEP_SPEC
+from torchx_airflow.lineage.metrics import metric_series
 from torchx_airflow.lineage.promotion import recorded_metrics
-from torchx_airflow.plugins.airflow_runs import XCOM_RESULT, DagRunNotFound
+from torchx_airflow.plugins.airflow_runs import (
+    DEFAULT_TORCHX_CONN_ID,
+    XCOM_RESULT,
+    DagRunNotFound,
+    TrackedTask,
+    conn_ids_of,
+    open_first_store,
+    tracker_groups,
+)
 from torchx_airflow.plugins.compare import lineage_link
-from torchx_airflow.sweeps.halving import finite
-from torchx_airflow.sweeps.tasks import RESULT_TRIAL, XCOM_SWEEP, XCOM_SWEEP_SPEC
+from torchx_airflow.plugins.graph import Seed
+from torchx_airflow.plugins.walk import parallel_map
+from torchx_airflow.policies.cost.usage import cost_total
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
+    from torchx_airflow_tracker.protocol import ProviderStore
+
+OpenStore = Callable[[Sequence[str]], "ProviderStore"]
 
 #: segments read at most (a sweep of 162 trials at six rungs has 243)
 MAX_SEGMENTS = 2000
+#: trials whose per-epoch series are read from the trackers, at most (those that got furthest)
+MAX_SERIES_TRIALS = 12
 SWEEP_TASK = re.compile(r"^(?P<sweep>.+)\.(?:(?P<kind>rung|plan)_(?P<rung>\d+)|promote)$")
 XCOM_KEYS = (XCOM_RESULT, XCOM_RUN_ID, XCOM_SWEEP, XCOM_SWEEP_SPEC)
 #: why a trial went no further
@@ -48,6 +67,14 @@ FINISHED, NOT_CHOSEN, FAILED, SWEEP_STOPPED, PENDING = (
     "sweep stopped",
     "pending",
 )
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number (not a boolean); None otherwise (the check of
+    ``sweeps.halving.finite``: sweeps/ is a room above this one)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
 
 
 def sweep_of(task_ids: Iterable[str], task_id: str) -> str | None:
@@ -87,8 +114,15 @@ class Segment:
     cost: float | None = None
     currency: str | None = None
     torchx_run_id: str | None = None
+    cached_from: str | None = None  # a cache hit: the run whose result it returned
+    task_id: str = ""
     key: str = ""
     link: str = ""
+
+    @property
+    def logged_by(self) -> str | None:
+        """The run that logged the segment's series: itself, or the run a cache hit stands for."""
+        return self.cached_from if self.cache_hit and self.cached_from else self.torchx_run_id
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form."""
@@ -105,6 +139,8 @@ class Trial:
     segments: list[Segment] = field(default_factory=list)
     stop: str = PENDING  # why it went no further: FINISHED, NOT_CHOSEN, FAILED, SWEEP_STOPPED, PENDING
     promoted: bool = False
+    highlight: bool = False  # one of the trials that got furthest: drawn in colour, its series read
+    series: list[list[float]] | None = None  # the objective by epoch, as its segments logged it
 
     @property
     def reached(self) -> int:
@@ -186,13 +222,104 @@ def _xcoms(session: Session, dag_id: str, dag_run_id: str, sweep_id: str) -> dic
 
 
 def load_sweep(
-    session: Session, dag_id: str, dag_run_id: str, sweep_id: str, lineage_prefix: str = ""
+    session: Session,
+    dag_id: str,
+    dag_run_id: str,
+    sweep_id: str,
+    lineage_prefix: str = "",
+    open_store: OpenStore = open_first_store,
 ) -> SweepView:
-    """The sweep ``sweep_id`` of the DAG run, from its task instances and XComs (a few queries)."""
+    """The sweep ``sweep_id`` of the DAG run, from its task instances and XComs (a few queries), with
+    the per-epoch series of the trials that got furthest."""
     instances, not_shown = _instances(session, dag_id, dag_run_id, sweep_id)
     view = SweepView(dag_id, dag_run_id, sweep_id, segments_not_shown=not_shown)
     fill_sweep(view, instances, _xcoms(session, dag_id, dag_run_id, sweep_id), lineage_prefix)
+    wanted = [s for trial in view.trials if trial.highlight for s in trial.segments if s.logged_by]
+    read_series(view, _rendered_fields(session, dag_id, dag_run_id, wanted), open_store)
     return view
+
+
+def _rendered_fields(
+    session: Session, dag_id: str, dag_run_id: str, segments: Sequence[Segment]
+) -> dict[tuple[str, int], dict[str, Any]]:
+    """The rendered fields of ``segments`` (which trackers their tasks used), one query."""
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields as RTIF
+
+    if not segments:
+        return {}
+    keys = {(s.task_id, s.map_index) for s in segments}
+    rows = session.execute(
+        select(RTIF.task_id, RTIF.map_index, RTIF.rendered_fields).where(
+            RTIF.dag_id == dag_id,
+            RTIF.run_id == dag_run_id,
+            RTIF.task_id.in_({task_id for task_id, _ in keys}),
+            RTIF.map_index.in_({map_index for _, map_index in keys}),
+        )
+    )
+    return {
+        (row.task_id, row.map_index): dict(row.rendered_fields or {})
+        for row in rows
+        if (row.task_id, row.map_index) in keys
+    }
+
+
+def read_series(
+    view: SweepView, fields: Mapping[tuple[str, int], Mapping[str, Any]], open_store: OpenStore
+) -> None:
+    """The objective's per-epoch series of the highlighted trials, each segment's from its task's
+    first tracker (``fields``: the segments' rendered fields), joined by epoch; a tracker that cannot
+    be read is a warning."""
+    if view.objective is None:
+        return
+    tasks = _tracked(view, fields)
+    groups, warnings = tracker_groups([task for _, task in tasks.values()])
+    view.warnings.extend(warnings)
+    reads: dict[str, tuple[Segment, ProviderStore]] = {}
+    for group in groups:
+        try:
+            store = open_store(group.conn_ids)
+        except Exception as e:
+            view.warnings.append(f"Tracker {group.conn_ids[0]!r} could not be read: {type(e).__name__}: {e}")
+            continue
+        in_group = {id(task) for task in group.tasks}
+        reads.update({s.key: (s, store) for s, task in tasks.values() if id(task) in in_group})
+    objective = view.objective
+
+    def read(key: str) -> list[tuple[int, float]]:
+        segment, store = reads[key]
+        return metric_series(store, str(segment.logged_by), names=(objective,)).get(objective) or []
+
+    logged = dict(zip(reads, parallel_map(read, list(reads)), strict=True))
+    for trial in view.trials:
+        if trial.highlight:
+            trial.series = _joined([logged.get(s.key) or [] for s in trial.segments]) or None
+
+
+def _tracked(
+    view: SweepView, fields: Mapping[tuple[str, int], Mapping[str, Any]]
+) -> dict[int, tuple[Segment, TrackedTask]]:
+    """The highlighted trials' segments, each with the trackers its task used."""
+    tasks: dict[int, tuple[Segment, TrackedTask]] = {}
+    for trial in view.trials:
+        for segment in trial.segments if trial.highlight else ():
+            if segment.logged_by:
+                rendered = fields.get((segment.task_id, segment.map_index), {})
+                task = TrackedTask(
+                    seed=Seed(run_id=segment.logged_by),
+                    tracker_conn_ids=conn_ids_of(rendered.get("tracker_conn_ids")),
+                    torchx_conn_id=str(rendered.get("torchx_conn_id") or DEFAULT_TORCHX_CONN_ID),
+                )
+                tasks[id(segment)] = (segment, task)
+    return tasks
+
+
+def _joined(curves: Sequence[Sequence[tuple[int, float]]]) -> list[list[float]]:
+    """Segments' curves, rung by rung, as one: a later segment's point of a step replaces an earlier's."""
+    points: dict[float, float] = {}
+    for curve in curves:
+        for step, value in curve:
+            points[float(step)] = float(value)
+    return [[step, points[step]] for step in sorted(points)]
 
 
 def _rung_of(task_id: str, sweep_id: str) -> int:
@@ -240,6 +367,7 @@ def fill_sweep(
         trial.segments.sort(key=lambda s: s.rung)
         trial.stop = _stop(trial, plans, count)
     _mark_promoted(view, trials, xcoms.get((f"{sweep}.promote", -1), {}).get(XCOM_RESULT))
+    _highlight(trials.values())
     sign = 1.0 if view.mode == "min" else -1.0
     view.trials = sorted(
         trials.values(),
@@ -268,7 +396,7 @@ def _spec(plans: Mapping[int, Mapping[str, Any]], promoted: Any) -> dict[str, An
     for rung in sorted(plans):
         spec = plans[rung].get(XCOM_SWEEP_SPEC)
         if isinstance(spec, Mapping) and isinstance(spec.get("objective"), str):
-            budgets = [finite(b) for b in spec.get("budgets") or []]
+            budgets = [_finite(b) for b in spec.get("budgets") or []]
             return {
                 "objective": spec["objective"],
                 "mode": "max" if spec.get("mode") == "max" else "min",
@@ -309,28 +437,41 @@ def _segment(
     if trial is not None and not isinstance(trial.get("index"), int):
         trial = None
     cost = result.get("cost")
-    total = finite(cost.get("actual", {}).get("total")) if isinstance(cost, Mapping) else None
-    currency = cost.get("actual", {}).get("currency") if isinstance(cost, Mapping) else None
+    total = cost_total(cost)
+    currency = _currency(cost)
     value = None
     if view.objective is not None and result.get("state") == "SUCCEEDED":
         value = recorded_metrics(result).get(view.objective)
     run_id = pushed.get(XCOM_RUN_ID)
+    cached_from = result.get("cached_from")
     segment = Segment(
         rung=rung,
         map_index=ti.map_index,
         task_state=str(ti.state) if ti.state else None,
         state=result.get("state") if isinstance(result.get("state"), str) else None,
-        budget=finite((trial or {}).get("budget")),
-        previous_budget=finite((trial or {}).get("previous_budget")),
+        budget=_finite((trial or {}).get("budget")),
+        previous_budget=_finite((trial or {}).get("previous_budget")),
         value=value,
         cache_hit=bool(result.get("cache_hit")),
         cost=total,
         currency=currency if isinstance(currency, str) else None,
         torchx_run_id=run_id if isinstance(run_id, str) and run_id else None,
+        cached_from=cached_from if isinstance(cached_from, str) and cached_from else None,
+        task_id=ti.task_id,
         key=f"{ti.task_id}/{ti.map_index}",
         link=lineage_link(prefix, view.dag_id, view.dag_run_id, ti.task_id, ti.map_index),
     )
     return segment, trial
+
+
+def _currency(cost: Any) -> str | None:
+    """The currency of a segment's cost (its actual's, else its estimate's)."""
+    for part in ("actual", "estimate"):
+        value = cost.get(part) if isinstance(cost, Mapping) else None
+        currency = value.get("currency") if isinstance(value, Mapping) else None
+        if isinstance(currency, str) and currency:
+            return currency
+    return None
 
 
 def _rung(k: int, budgets: Sequence[Any], plan: Mapping[str, Any] | None, trials: Iterable[Trial]) -> Rung:
@@ -353,7 +494,7 @@ def _spent(plans: Mapping[int, Mapping[str, Any]]) -> float | None:
     for rung in sorted(plans, reverse=True):
         record = plans[rung].get(XCOM_SWEEP)
         if isinstance(record, Mapping):
-            return finite(record.get("spent"))
+            return _finite(record.get("spent"))
     return None
 
 
@@ -392,10 +533,22 @@ def _mark_promoted(view: SweepView, trials: Mapping[int, Trial], promoted: Any) 
                 "trial": trial.id,
                 "rung": rung,
                 "map_index": map_index,
-                "value": finite(promoted.get("value")),
+                "value": _finite(promoted.get("value")),
                 "path": promoted.get("path") if isinstance(promoted.get("path"), str) else None,
             }
             return
+
+
+def _highlight(trials: Iterable[Trial]) -> None:
+    """The trials that got furthest (the highest rung any reached), and the promoted one: at most
+    ``MAX_SERIES_TRIALS``, the promoted first, then by trial index."""
+    trials = list(trials)
+    furthest = max((t.reached for t in trials), default=-1)
+    chosen = sorted(
+        (t for t in trials if t.promoted or t.reached == furthest), key=lambda t: (not t.promoted, t.index)
+    )
+    for trial in chosen[:MAX_SERIES_TRIALS]:
+        trial.highlight = True
 
 
 def differing_params(trials: Sequence[Trial]) -> list[str]:
@@ -425,8 +578,10 @@ def sweep_json(view: SweepView) -> dict[str, Any]:
                 "reached": trial.reached,
                 "stop": trial.stop,
                 "promoted": trial.promoted,
+                "highlight": trial.highlight,
                 "value": trial.last_value,
                 "curve": trial.curve(),
+                "series": trial.series,
                 "segments": [s.to_dict() for s in trial.segments],
             }
             for trial in view.trials

@@ -13,6 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from torchx_airflow.lineage.keys import RESULT_TRIAL, XCOM_SEGMENT_SPENT
 from torchx_airflow.operators.torchx import TorchXOperator
 from torchx_airflow.run.points import RunPolicy
 
@@ -24,10 +25,6 @@ if TYPE_CHECKING:
     from torchx_airflow.run.execution import TaskRun
 
 TRIAL_ENV = "TORCHX_AIRFLOW_TRIAL"
-#: the field of a segment's result that holds its own trial
-RESULT_TRIAL = "sweep_trial"
-#: XCom of a segment whose task failed: what its job cost (a failed task pushes no result)
-XCOM_SEGMENT_SPENT = "torchx_sweep_spent"
 #: what of a trial the job sees in TORCHX_AIRFLOW_TRIAL (what it needs to train and resume)
 TRIAL_FIELDS = ("id", "index", "params", "budget", "rung", "previous_budget")
 #: a Hyperband segment's bracket: in its record only when it has one (a successive-halving segment's

@@ -29,7 +29,13 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from torchx_airflow.exceptions import TorchXConfigError, TorchXError
-from torchx_airflow.lineage.keys import XCOM_LINEAGE_PARENTS, XCOM_RUN_ID, XCOM_SUBMITTED_APP
+from torchx_airflow.lineage.keys import (
+    XCOM_LINEAGE_PARENTS,
+    XCOM_RUN_ID,
+    XCOM_SUBMITTED_APP,
+    XCOM_SWEEP,
+    XCOM_SWEEP_SPEC,
+)
 from torchx_airflow.operators.promote import TorchXPromoteOperator
 from torchx_airflow.policies.cost.usage import cost_total
 from torchx_airflow.sweeps.halving import choose, finite, survivors
@@ -37,11 +43,6 @@ from torchx_airflow.sweeps.segment import RESULT_TRIAL, XCOM_SEGMENT_SPENT, tria
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-
-#: XCom of a plan: the sweep's spending and why it stopped (when it did)
-XCOM_SWEEP = "torchx_sweep"
-#: XCom of a plan: what the sweep is (objective, mode, budgets, its rung), for the comparison view
-XCOM_SWEEP_SPEC = "torchx_sweep_spec"
 
 
 class TorchXSweepError(TorchXError):

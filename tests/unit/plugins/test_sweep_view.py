@@ -172,3 +172,54 @@ def test_a_sweep_is_recognised_by_its_group_or_any_of_its_tasks(task_id, sweep):
     task_ids = ["sweep.plan_0", "sweep.rung_0", "sweep.plan_1", "sweep.rung_1", "sweep.promote", "train"]
     task_ids += ["outer.sweep.plan_0", "outer.sweep.rung_0", "other.rung_0"]
     assert sweep_of(task_ids, task_id) == sweep
+
+
+def test_the_furthest_trials_series_are_read_from_their_trackers_joined_by_epoch(tmp_path, monkeypatch):
+    """Only the trials that got furthest are read (their segments', a cache hit's from the run it
+    stands for); the series is drawn beside the recorded values, which it does not change."""
+    from torchx_airflow_tracker.fsspec_store import FsspecStore
+
+    from torchx_airflow.plugins import sweep_view
+
+    instances, xcoms = simulate_sweep(SPACE, BUDGETS, loss)
+    store = FsspecStore(str(tmp_path / "store"))
+    for (task_id, _), pushed in xcoms.items():
+        result = pushed.get("return_value")
+        if task_id.startswith("sweep.rung_") and isinstance(result, dict):
+            trial = result["sweep_trial"]
+            epochs = range(int(trial["previous_budget"] or 0) + 1, int(trial["budget"]) + 1)
+            series = [[e, loss(trial["params"], e) + 0.5] for e in epochs]  # not what the worker recorded
+            store.add_metadata(
+                pushed["torchx_run_id"], torchx_metrics={"final": {}, "series": {"val_loss": series}}
+            )
+    # the winner's last segment is a cache hit: its series is that of the run it stands for
+    last = ("sweep.rung_2", 0)
+    original = xcoms[last]["torchx_run_id"]
+    xcoms[last]["torchx_run_id"] = "airflow://d/run1/sweep.rung_2/0"
+    xcoms[last]["return_value"].update(cache_hit=True, cached_from=original)
+    read: list[str] = []
+
+    def counting(tracker, run_id, names=None):
+        read.append(run_id)
+        return real(tracker, run_id, names)
+
+    real = sweep_view.metric_series
+    monkeypatch.setattr(sweep_view, "metric_series", counting)
+    view = SweepView("d", "run1", "sweep")
+    fill_sweep(view, instances, xcoms, "/torchx")
+    fields = {(s.task_id, s.map_index): {"tracker_conn_ids": ["fs"]} for t in view.trials for s in t.segments}
+    sweep_view.read_series(view, fields, lambda conn_ids: store)
+    data = sweep_json(view)
+    winner = data["trials"][0]
+    assert winner["id"] == "t4" and winner["highlight"] and sum(t["highlight"] for t in data["trials"]) == 1
+    assert sorted(read) == sorted([s["torchx_run_id"] for s in winner["segments"][:2]] + [original])
+    assert winner["series"] == [[e, pytest.approx(loss(SPACE[4], e) + 0.5)] for e in range(1, 10)]
+    assert winner["curve"][-1] == [9, pytest.approx(loss(SPACE[4], 9))]  # still the worker's record
+    page = _page(data)
+    assert page.count('<polyline class="series" data-trial="t4"') == 1 and "as logged each epoch" in page
+    # a tracker that cannot be opened: a warning, the layout unchanged
+    view = SweepView("d", "run1", "sweep")
+    fill_sweep(view, instances, xcoms, "/torchx")
+    sweep_view.read_series(view, fields, lambda conn_ids: (_ for _ in ()).throw(OSError("down")))
+    assert view.warnings == ["Tracker 'fs' could not be read: OSError: down"]
+    assert sweep_json(view)["trials"][0]["series"] is None
