@@ -19,7 +19,7 @@ SPACE = {"lr": [0.01, 0.03, 0.1], "width": [8, 16, 32], "depth": [1, 2, 3]}
 ARGS = [
     "--script", JOB, "--",
     "--lr", "{{ trial.lr }}", "--width", "{{ trial.width }}", "--depth", "{{ trial.depth }}",
-    "--out", "{{ params.out }}/{{ trial.id }}/r{{ trial.rung }}",
+    "--out", "{{ params.out }}/{{ trial.id }}/r{{ trial.rung }}", "--series",
 ]  # fmt: skip
 
 BUDGET = float(os.environ.get("TX_SWEEP_MAX_COST") or 1.0)

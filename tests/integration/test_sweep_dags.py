@@ -107,7 +107,7 @@ def _check_lineage(views, result, plans: list[list[dict]]) -> None:
     assert len(continuing) == 9 + 3
 
 
-def _check_comparison(views, result, plans: list[list[dict]], segments, winner: dict) -> None:
+def _check_comparison(views, result, plans: list[list[dict]], segments, winner: dict) -> dict:
     """The comparison view of any of the sweep's tasks shows the sweep: trials x rungs, each trial's
     curve of what its segments' workers recorded, where it stopped, the promoted trial first."""
     data = _get(views, "/api/compare", result, task_id="sweep.rung_1")
@@ -122,17 +122,28 @@ def _check_comparison(views, result, plans: list[list[dict]], segments, winner: 
             trial = trials[p["trial"]["id"]]
             assert trial["params"] == p["trial"]["params"]
             assert trial["curve"][k] == [p["trial"]["budget"], s["metrics"]["val_loss"]]
+    # the trials that got furthest: their per-epoch series as their segments logged it, joined
+    furthest = [t for t in data["trials"] if t["highlight"]]
+    assert sorted(t["id"] for t in furthest) == sorted(p["trial"]["id"] for p in plans[2])
+    for trial in furthest:
+        assert [step for step, _ in trial["series"]] == list(range(1, 10))
+        assert [p for p in trial["series"] if p[0] in (1, 3, 9)] == trial["curve"]
+    assert all(t["series"] is None for t in data["trials"] if not t["highlight"])
     stops = [(t["reached"], t["stop"]) for t in data["trials"]]
     assert sorted(stops) == [(0, "not chosen")] * 18 + [(1, "not chosen")] * 6 + [(2, "finished")] * 3
     assert sum(t["promoted"] for t in data["trials"]) == 1
     assert _get(views, "/api/compare", result, task_id="sweep") == data  # the group's id: the same
     runs = _get(views, "/api/compare", result, task_id="sweep.rung_1", layout="runs")
     assert runs["layout"] == "runs" and len(runs["runs"]) == 9
+    path = f"/api/compare/{result.dag_id}/{urllib.parse.quote(result.run_id, safe='')}"
+    reply = views.get(path, params={"task_id": "prepare", "layout": "sweep"})
+    assert reply.status_code == 404 and "'prepare'" in reply.text and "not part of a sweep" in reply.text
     page = _get(views, "/compare", result, task_id="sweep.promote")
-    assert page.count('<polyline class="curve trial') == 27
+    assert page.count('<polyline class="curve trial') == 27 and page.count('<polyline class="series"') == 3
     assert f"★ {winner['id']} promoted" in page and page.count('<tr data-trial="') == 27
     assert re.findall(r'class="tick x"[^>]*>([^<]*)<', page) == ["1", "3", "9"]
     assert page.count("rung 0 · not chosen") == 18 and page.count("rung 2 · finished") == 3
+    return data
 
 
 def test_a_27_configuration_sweep_picks_the_best_trains_a_third_reruns_from_cache_and_stops_at_a_budget(
@@ -172,7 +183,7 @@ def test_a_27_configuration_sweep_picks_the_best_trains_a_third_reruns_from_cach
     assert result.output.count("Promoted ") == 1
     assert _processes(out) == ""
     _check_lineage(views, result, plans)
-    _check_comparison(views, result, plans, segments, winner)
+    data = _check_comparison(views, result, plans, segments, winner)
 
     again = run_dag("tx_sweep", conf={"out": str(out)}, env=env, timeout=900)
     assert again.states.get("sweep.promote") == "success", again.output[-6000:]
@@ -185,6 +196,11 @@ def test_a_27_configuration_sweep_picks_the_best_trains_a_third_reruns_from_cach
     assert all(p["trial"]["source"].startswith("airflow://tx_sweep/") for k in (1, 2) for p in replans[k])
     assert again.xcom("sweep.promote")["path"] == promoted["path"]
     _check_lineage(views, again, replans)  # the cache hits' chains too
+    rerun = _get(views, "/api/compare", again, task_id="sweep")
+    # the same layout from the hits' own records, each hit's series that of the run it stands for
+    assert [(t["id"], t["curve"], t["series"], t["stop"]) for t in rerun["trials"]] == [
+        (t["id"], t["curve"], t["series"], t["stop"]) for t in data["trials"]
+    ]
 
     # the same sweep, uncached, under a budget that the first rung fits and the second would pass:
     # it stops after the first rung and promotes the best trial after one epoch

@@ -1,7 +1,8 @@
 """A resumable trial of a sweep (tests/dags/torchx_sweep_dags.py): trains up to the budget in
 TORCHX_AIRFLOW_TRIAL from the checkpoint in TORCHX_AIRFLOW_RESUME_FROM (when it is its own trial's),
 burns 0.2 s of CPU an epoch it trains, and records val_loss, the epochs it trained, a checkpoint and
-a model.
+a model; with ``--series`` it also logs val_loss at each epoch it trains (its part of the trial's
+curve, for the sweep view).
 With ``--hold DIR`` it waits, before writing its outputs, while ``DIR/<trial id>-r<rung>`` exists (at most
 5 minutes): a test holds a segment's job running until it removes that file
 (tests/e2e/test_celery_kills.py kills the worker of a held segment).
@@ -37,6 +38,7 @@ parser.add_argument("--width", type=int, required=True)
 parser.add_argument("--depth", type=int, required=True)
 parser.add_argument("--out", required=True)
 parser.add_argument("--hold", help="wait while HOLD/<trial id>-r<rung> exists (a test's gate)")
+parser.add_argument("--series", action="store_true", help="log val_loss at each epoch it trains")
 args = parser.parse_args()
 trial = json.loads(os.environ["TORCHX_AIRFLOW_TRIAL"])
 budget = int(trial["budget"])
@@ -60,6 +62,11 @@ if args.hold:
         time.sleep(0.2)
 (out / "checkpoint.json").write_text(json.dumps({"trial": trial["id"], "epoch": budget}))
 (out / "model.txt").write_text(f"lr={args.lr} width={args.width} depth={args.depth} epochs={budget}")
+if args.series:  # its part of the trial's curve
+    from torchx_airflow_tracker.metrics import log_metrics
+
+    for epoch in range(start + 1, budget + 1):
+        log_metrics(epoch, val_loss=loss(args.lr, args.width, args.depth, epoch))
 run = AppRun.run_from_env()
 run.add_metadata(val_loss=value, epochs_trained=budget - start, resumed_at=start)
 run.add_artifact("checkpoint", str(out / "checkpoint.json"))
