@@ -1,6 +1,7 @@
 """A sweep's task instances and XComs as its tasks leave them, without running jobs: each rung's plan is
 the real ``TorchXSweepPlanOperator`` (XCom stood in for), each segment's result is what the segment's
-worker records (``state``, ``metrics``, ``sweep_trial``, ``cost``), the promotion's result names the
+worker records (``state``, ``metrics``, ``sweep_trial``, ``cost``; a failed one's task pushes only what
+its job cost), the promotion's result names the
 best segment of the highest rung. For the sweep view's unit tests and its benchmark (bench/); the
 integration test (tests/integration/test_sweep_dags.py) checks the view on a real sweep."""
 
@@ -10,7 +11,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from torchx_airflow.lineage.keys import XCOM_RUN_ID, XCOM_SUBMITTED_APP
+from torchx_airflow.lineage.keys import XCOM_RUN_ID, XCOM_SEGMENT_SPENT, XCOM_SUBMITTED_APP
 from torchx_airflow.sweeps.segment import TRIAL_FIELDS
 from torchx_airflow.sweeps.tasks import RESULT_TRIAL, TorchXSweepPlanOperator
 
@@ -21,7 +22,7 @@ class _TI:
     """Airflow's task instance as a plan uses it: XCom pull and push over one dict."""
 
     def __init__(self, xcoms: dict[tuple[str, str, int], Any], task_id: str) -> None:
-        self.xcoms, self.task_id = xcoms, task_id
+        self.xcoms, self.task_id, self.id = xcoms, task_id, f"ti-{task_id}"
 
     def xcom_pull(self, task_ids: str, key: str = "return_value", map_indexes: Any = None) -> Any:
         if isinstance(map_indexes, list):
@@ -42,13 +43,16 @@ def simulate_sweep(
     mode: str = "min",
     reduction_factor: int = 3,
     max_cost: float | None = None,
+    unit_duration: float | None = None,
+    app_parts: Mapping[str, Any] | None = None,
     cost_per_unit: float = 1.0,
     failed: Collection[tuple[int, int]] = (),
     promote: bool = True,
 ) -> tuple[list[SimpleNamespace], dict[tuple[str, int], dict[str, Any]]]:
     """The sweep's segments' task instances (``task_id``, ``map_index``, ``state``) and its XComs
     ``{(task id, map index): {key: value}}``; ``loss(params, budget)`` is what a segment records
-    (None: nothing), ``failed`` the (rung, trial index) pairs whose segment fails."""
+    (None: nothing), ``failed`` the (rung, trial index) pairs whose segment fails; ``max_cost`` needs
+    ``unit_duration``, ``app_parts`` and a price table in the torchx connection, as a sweep does."""
     plan_ids = [f"{sweep_id}.plan_{k}" for k in range(len(budgets))]
     rung_ids = [f"{sweep_id}.rung_{k}" for k in range(len(budgets))]
     flat: dict[tuple[str, str, int], Any] = {}
@@ -66,8 +70,11 @@ def simulate_sweep(
             segment_task_ids=rung_ids,
             plan_task_ids=plan_ids,
             max_cost=max_cost,
+            unit_duration=unit_duration,
+            app_parts=app_parts,
         )
-        segments = plan.execute({"ti": _TI(flat, plan_ids[k])})  # type: ignore[typeddict-item]
+        context = {"ti": _TI(flat, plan_ids[k]), "dag_run": SimpleNamespace(triggering_user_name=None)}
+        segments = plan.execute(context)  # type: ignore[arg-type]
         flat[(plan_ids[k], "return_value", -1)] = segments
         if not segments:  # a mapped task over nothing: one skipped instance, no XCom
             instances.append(SimpleNamespace(task_id=rung_ids[k], map_index=-1, state="skipped"))
@@ -76,16 +83,20 @@ def simulate_sweep(
             ok = (k, trial["index"]) not in failed
             value = loss(trial["params"], float(trial["budget"])) if ok else None
             trained = float(trial["budget"]) - float(trial["previous_budget"] or 0)
-            result: dict[str, Any] = {
-                "app_handle": f"local_cwd://torchx/{trial['id']}-r{k}",
-                "state": "SUCCEEDED" if ok else "FAILED",
-                "metrics": {objective: value} if value is not None else {},
-                RESULT_TRIAL: {f: trial.get(f) for f in TRIAL_FIELDS},
-                "cost": {"actual": {"total": cost_per_unit * trained, "currency": "USD"}},
-                "artifacts": {"checkpoint": {"path": f"/out/{trial['id']}/r{k}/ckpt"}},
-            }
-            flat[(rung_ids[k], "return_value", i)] = result
-            flat[(rung_ids[k], XCOM_RUN_ID, i)] = result["app_handle"]
+            handle = f"local_cwd://torchx/{trial['id']}-r{k}"
+            cost = {"actual": {"total": cost_per_unit * trained, "currency": "USD"}}
+            if ok:
+                flat[(rung_ids[k], "return_value", i)] = {
+                    "app_handle": handle,
+                    "state": "SUCCEEDED",
+                    "metrics": {objective: value} if value is not None else {},
+                    RESULT_TRIAL: {f: trial.get(f) for f in TRIAL_FIELDS},
+                    "cost": cost,
+                    "artifacts": {"checkpoint": {"path": f"/out/{trial['id']}/r{k}/ckpt"}},
+                }
+            else:  # a failed task pushes no result, only what its job cost
+                flat[(rung_ids[k], XCOM_SEGMENT_SPENT, i)] = {"cost": cost}
+            flat[(rung_ids[k], XCOM_RUN_ID, i)] = handle
             flat[(rung_ids[k], XCOM_SUBMITTED_APP, i)] = {"output_roots": ["/out"]}
             instances.append(
                 SimpleNamespace(task_id=rung_ids[k], map_index=i, state="success" if ok else "failed")

@@ -10,14 +10,17 @@ its budget), and the promoted trial marked.
 
 Every value the layout rests on is what a worker recorded in XCom, never a read of a tracker store
 (which any job may write): each segment's result (its own trial in ``sweep_trial``, its
-``metrics``, state and cost), each plan's choice (its return value), record (``torchx_sweep``:
-spent, why it stopped) and description (``torchx_sweep_spec``: objective, mode, budgets), and the
-promotion's result. A trial's curve joins its segments' objective at their budgets. For the trials
-that got furthest (at most ``MAX_SERIES_TRIALS``) the view also draws the objective's per-epoch
-series where their segments logged one (``lineage.metrics.metric_series``, a cache hit's from the
-run it stands for): read from each segment's first tracker within a reader's bounds, shown beside
-the recorded values and never deciding anything. The DB part is a few bulk queries whatever the
-size of the sweep; at most ``MAX_SEGMENTS`` segments are read (the view says how many it left out).
+``metrics``, state and cost; a failed segment's task pushes only its cost, ``torchx_sweep_spent``),
+each plan's choice (its return value), record (``torchx_sweep``: spent, why it stopped) and
+description (``torchx_sweep_spec``: objective, mode, budgets), and the promotion's result. A
+trial's curve joins its segments' objective at their budgets.
+
+For the trials that got furthest (at most ``MAX_SERIES_TRIALS``) the view also draws the
+objective's per-epoch series where their segments logged one (``lineage.metrics.metric_series``, a
+cache hit's from the run it stands for): read from each segment's first tracker within a reader's
+bounds, shown beside the recorded values, deciding nothing. The DB part is a few bulk queries
+whatever the size of the sweep; at most ``MAX_SEGMENTS`` segments are read (the view says how many
+it left out).
 """
 
 from __future__ import annotations
@@ -30,7 +33,13 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
 
-from torchx_airflow.lineage.keys import RESULT_TRIAL, XCOM_RUN_ID, XCOM_SWEEP, XCOM_SWEEP_SPEC
+from torchx_airflow.lineage.keys import (
+    RESULT_TRIAL,
+    XCOM_RUN_ID,
+    XCOM_SEGMENT_SPENT,
+    XCOM_SWEEP,
+    XCOM_SWEEP_SPEC,
+)
 from torchx_airflow.lineage.metrics import metric_series
 from torchx_airflow.lineage.promotion import recorded_metrics
 from torchx_airflow.plugins.airflow_runs import (
@@ -58,7 +67,7 @@ MAX_SEGMENTS = 2000
 #: trials whose per-epoch series are read from the trackers, at most (those that got furthest)
 MAX_SERIES_TRIALS = 12
 SWEEP_TASK = re.compile(r"^(?P<sweep>.+)\.(?:(?P<kind>rung|plan)_(?P<rung>\d+)|promote)$")
-XCOM_KEYS = (XCOM_RESULT, XCOM_RUN_ID, XCOM_SWEEP, XCOM_SWEEP_SPEC)
+XCOM_KEYS = (XCOM_RESULT, XCOM_RUN_ID, XCOM_SEGMENT_SPENT, XCOM_SWEEP, XCOM_SWEEP_SPEC)
 #: why a trial went no further
 FINISHED, NOT_CHOSEN, FAILED, SWEEP_STOPPED, PENDING = (
     "finished",
@@ -436,7 +445,8 @@ def _segment(
     trial = own if isinstance(own, Mapping) and isinstance(own.get("index"), int) else planned
     if trial is not None and not isinstance(trial.get("index"), int):
         trial = None
-    cost = result.get("cost")
+    spent = pushed.get(XCOM_SEGMENT_SPENT)  # a failed task's: what its job cost
+    cost = result.get("cost") if result else spent.get("cost") if isinstance(spent, Mapping) else None
     total = cost_total(cost)
     currency = _currency(cost)
     value = None

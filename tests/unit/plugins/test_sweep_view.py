@@ -5,6 +5,7 @@ differ before the objective, a tick per rung, and a page that escapes what jobs 
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -100,17 +101,24 @@ def test_the_page_draws_a_curve_per_trial_stopped_rungs_the_winner_and_params_be
     assert 'href="/torchx/compare/d/run1?task_id=sweep.rung_1&amp;layout=runs"' in page
 
 
-def test_a_failed_segment_drops_its_trial_and_a_budget_stops_the_sweep():
+def test_a_failed_segment_drops_its_trial_and_a_budget_stops_the_sweep(monkeypatch):
     failed = simulate_sweep(SPACE, BUDGETS, loss, failed={(1, 4)})
     data = _view(*failed)
     trials = {t["id"]: t for t in data["trials"]}
     assert trials["t4"]["stop"] == "failed" and trials["t4"]["reached"] == 1
     assert trials["t4"]["segments"][1]["value"] is None and not trials["t4"]["promoted"]
     assert trials["t4"]["curve"] == [[1, pytest.approx(loss(SPACE[4], 1))]]  # no point for the failure
+    assert trials["t4"]["segments"][1]["cost"] == 2.0  # what its job cost, though its task failed
+    assert (
+        trials["t4"]["segments"][1]["task_state"] == "failed" and trials["t4"]["segments"][1]["state"] is None
+    )
     assert 'class="num failed"' in _page(data)
 
-    # a budget the first rung fits (9 units) and the second would pass: plan_1 stops the sweep
-    data = _view(*simulate_sweep(SPACE, BUDGETS, loss, max_cost=12))
+    # a budget the first rung fits (9 CPU-hours) and the second would pass: plan_1 stops the sweep
+    extra = {"scheduler": "local_cwd", "prices": {"cpu_hour": 1.0}}
+    monkeypatch.setenv("AIRFLOW_CONN_TORCHX_DEFAULT", json.dumps({"conn_type": "torchx", "extra": extra}))
+    parts = {"component": "utils.python", "component_args": ["--cpu", "1", "-c", "print(1)"]}
+    data = _view(*simulate_sweep(SPACE, BUDGETS, loss, max_cost=12, unit_duration=3600, app_parts=parts))
     assert [r["planned"] for r in data["rungs"]] == [9, 0, 0]
     assert "past max_cost=12" in data["rungs"][1]["stopped"]
     assert {t["stop"] for t in data["trials"]} == {"sweep stopped"} and len(data["trials"]) == 9
