@@ -48,11 +48,13 @@ def simulate_sweep(
     cost_per_unit: float = 1.0,
     failed: Collection[tuple[int, int]] = (),
     promote: bool = True,
+    promote_task_id: str | None = None,
 ) -> tuple[list[SimpleNamespace], dict[tuple[str, int], dict[str, Any]]]:
     """The sweep's segments' task instances (``task_id``, ``map_index``, ``state``) and its XComs
     ``{(task id, map index): {key: value}}``; ``loss(params, budget)`` is what a segment records
-    (None: nothing), ``failed`` the (rung, trial index) pairs whose segment fails; ``max_cost`` needs
-    ``unit_duration``, ``app_parts`` and a price table in the torchx connection, as a sweep does."""
+    (None: nothing), ``failed`` the (rung, trial index) pairs whose segment fails;
+    ``promote_task_id``: where the promotion is (a Hyperband bracket's: its sweep's); ``max_cost``
+    needs ``unit_duration``, ``app_parts`` and a price table in the torchx connection, as a sweep does."""
     plan_ids = [f"{sweep_id}.plan_{k}" for k in range(len(budgets))]
     rung_ids = [f"{sweep_id}.rung_{k}" for k in range(len(budgets))]
     flat: dict[tuple[str, str, int], Any] = {}
@@ -106,7 +108,7 @@ def simulate_sweep(
             ):
                 best = (rung_ids[k], i, value)
     if promote and best is not None:
-        flat[(f"{sweep_id}.promote", "return_value", -1)] = {
+        flat[(promote_task_id or f"{sweep_id}.promote", "return_value", -1)] = {
             "runs_of": best[0],
             "map_index": best[1],
             "objective": objective,

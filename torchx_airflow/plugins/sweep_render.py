@@ -287,6 +287,16 @@ def render_rungs(data: Mapping[str, Any], runs_url: str) -> str:
             f"<li>rung {rung['rung']} · budget {_esc(_value(rung.get('budget')))} · {planned}{why} · "
             f'<a href="{_esc(link)}">its runs</a></li>'
         )
+    brackets = data.get("brackets") or []
+    if len(brackets) > 1:  # a Hyperband bracket: its sweep's others, each a sweep of its own
+        links = []
+        for bracket in brackets:
+            name = _esc(bracket.rsplit(".", 1)[-1])
+            href = _esc(f"{runs_url}?{urlencode({'task_id': bracket})}")
+            links.append(
+                f"<b>{name} (shown)</b>" if bracket == data["sweep_id"] else f'<a href="{href}">{name}</a>'
+            )
+        items.append(f"<li>Hyperband brackets: {' · '.join(links)}</li>")
     return f'<ul class="rungs">{"".join(items)}</ul>'
 
 
@@ -298,6 +308,8 @@ def render_sweep_page(data: Mapping[str, Any], *, static_url: str, json_url: str
     if promoted:
         value = _esc(_value(promoted.get("value")))
         winner = f" · promoted {_esc(promoted['trial'])} ({value} at rung {promoted['rung']})"
+    if data.get("promoted_elsewhere"):
+        winner = f" · promoted: a trial of {_esc(data['promoted_elsewhere'])}"
     spent = f" · spent {_esc(fmt_number(data['spent']))}" if data.get("spent") else ""
     warnings = "".join(f'<div class="warning">{_esc(w)}</div>' for w in data["warnings"])
     if data["segments_not_shown"]:

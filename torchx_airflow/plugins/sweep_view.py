@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 
 from torchx_airflow.lineage.keys import (
     RESULT_TRIAL,
@@ -67,6 +67,8 @@ MAX_SEGMENTS = 2000
 #: trials whose per-epoch series are read from the trackers, at most (those that got furthest)
 MAX_SERIES_TRIALS = 12
 SWEEP_TASK = re.compile(r"^(?P<sweep>.+)\.(?:(?P<kind>rung|plan)_(?P<rung>\d+)|promote)$")
+#: a Hyperband bracket's group inside its sweep's (``<sweep_id>.b<s>``)
+BRACKET = re.compile(r"^(?P<group>.+)\.b(?P<s>\d+)$")
 XCOM_KEYS = (XCOM_RESULT, XCOM_RUN_ID, XCOM_SEGMENT_SPENT, XCOM_SWEEP, XCOM_SWEEP_SPEC)
 #: why a trial went no further
 FINISHED, NOT_CHOSEN, FAILED, SWEEP_STOPPED, PENDING = (
@@ -97,15 +99,57 @@ def sweep_of(task_ids: Iterable[str], task_id: str) -> str | None:
     return None
 
 
+def brackets_of(task_ids: Iterable[str], task_id: str) -> list[str]:
+    """The brackets (``<sweep_id>.b<s>``, by ``s``) of the Hyperband sweep ``task_id`` names (its
+    group's id or its ``promote``), given the DAG run's task ids; [] for anything else."""
+    known = set(task_ids)
+    match = SWEEP_TASK.match(task_id)
+    group = match.group("sweep") if match and not match.group("kind") else task_id
+    found = {
+        m.group("sweep")
+        for t in known
+        if (m := SWEEP_TASK.match(t)) and m.group("kind") == "plan" and m.group("rung") == "0"
+    }
+    brackets = [b for b in found if (m := BRACKET.match(b)) and m.group("group") == group]
+    return sorted((b for b in brackets if f"{b}.rung_0" in known), key=lambda b: int(b.rsplit(".b", 1)[1]))
+
+
+def choose_bracket(brackets: Sequence[str], promoted: Any) -> str:
+    """The bracket a Hyperband sweep is shown by: the one its promotion published a trial of, else
+    the one that starts at the lowest rung (it trains the most trials)."""
+    runs_of = promoted.get("runs_of") if isinstance(promoted, Mapping) else None
+    for bracket in brackets:
+        if isinstance(runs_of, str) and runs_of.startswith(f"{bracket}.rung_"):
+            return bracket
+    return brackets[-1]
+
+
 def find_sweep(session: Session, dag_id: str, dag_run_id: str, task_id: str) -> str | None:
-    """``sweep_of`` the DAG run's task instances (one query); ``DagRunNotFound`` without the run."""
+    """``sweep_of`` the DAG run's task instances (one query), or for a Hyperband sweep's group or
+    promotion, ``choose_bracket`` (one more); ``DagRunNotFound`` without the run."""
     from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance as TI
 
     if session.scalar(select(DagRun.id).where(DagRun.dag_id == dag_id, DagRun.run_id == dag_run_id)) is None:
         raise DagRunNotFound(dag_id, dag_run_id)
-    rows = session.scalars(select(TI.task_id).distinct().where(TI.dag_id == dag_id, TI.run_id == dag_run_id))
-    return sweep_of(rows, task_id)
+    known = list(
+        session.scalars(select(TI.task_id).distinct().where(TI.dag_id == dag_id, TI.run_id == dag_run_id))
+    )
+    sweep = sweep_of(known, task_id)
+    brackets = [] if sweep is not None else brackets_of(known, task_id)
+    if not brackets:
+        return sweep
+    group = BRACKET.match(brackets[0]).group("group")  # type: ignore[union-attr]
+    promoted = _xcoms(session, dag_id, dag_run_id, f"{group}.promote", exact=True).get(
+        (f"{group}.promote", -1)
+    )
+    return choose_bracket(brackets, (promoted or {}).get(XCOM_RESULT))
+
+
+def promote_task_ids(sweep_id: str) -> list[str]:
+    """Where the sweep's promotion is: its group's ``promote``, for a Hyperband bracket its sweep's."""
+    bracket = BRACKET.match(sweep_id)
+    return [f"{sweep_id}.promote", *([f"{bracket.group('group')}.promote"] if bracket else [])]
 
 
 @dataclass
@@ -193,6 +237,8 @@ class SweepView:
     rungs: list[Rung] = field(default_factory=list)
     trials: list[Trial] = field(default_factory=list)
     promoted: dict[str, Any] | None = None
+    promoted_elsewhere: str | None = None  # a Hyperband bracket: the task whose segment was promoted
+    brackets: list[str] = field(default_factory=list)  # a Hyperband bracket: its sweep's brackets
     spent: float | None = None
     warnings: list[str] = field(default_factory=list)
     segments_not_shown: int = 0
@@ -211,16 +257,24 @@ def _instances(session: Session, dag_id: str, dag_run_id: str, sweep_id: str) ->
     return rows, max(0, total - len(rows))
 
 
-def _xcoms(session: Session, dag_id: str, dag_run_id: str, sweep_id: str) -> dict:
-    """``{(task id, map index): {key: value}}`` of the sweep's tasks, one query."""
+def _xcoms(session: Session, dag_id: str, dag_run_id: str, sweep_id: str, exact: bool = False) -> dict:
+    """``{(task id, map index): {key: value}}`` of the sweep's tasks and its promotion (``exact``:
+    of the task ``sweep_id`` alone), one query."""
     from airflow.models.xcom import XComModel
 
     prefix = sweep_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ".%"
+    tasks = (
+        XComModel.task_id == sweep_id
+        if exact
+        else or_(
+            XComModel.task_id.like(prefix, escape="\\"), XComModel.task_id.in_(promote_task_ids(sweep_id))
+        )
+    )
     rows = session.execute(
         select(XComModel.task_id, XComModel.map_index, XComModel.key, XComModel.value).where(
             XComModel.dag_id == dag_id,
             XComModel.run_id == dag_run_id,
-            XComModel.task_id.like(prefix, escape="\\"),
+            tasks,
             XComModel.key.in_(XCOM_KEYS),
         )
     )
@@ -243,9 +297,27 @@ def load_sweep(
     instances, not_shown = _instances(session, dag_id, dag_run_id, sweep_id)
     view = SweepView(dag_id, dag_run_id, sweep_id, segments_not_shown=not_shown)
     fill_sweep(view, instances, _xcoms(session, dag_id, dag_run_id, sweep_id), lineage_prefix)
+    view.brackets = _siblings(session, dag_id, dag_run_id, sweep_id)
     wanted = [s for trial in view.trials if trial.highlight for s in trial.segments if s.logged_by]
     read_series(view, _rendered_fields(session, dag_id, dag_run_id, wanted), open_store)
     return view
+
+
+def _siblings(session: Session, dag_id: str, dag_run_id: str, sweep_id: str) -> list[str]:
+    """A Hyperband bracket's sweep's brackets (one query); [] for a sweep of one bracket."""
+    from airflow.models.taskinstance import TaskInstance as TI
+
+    bracket = BRACKET.match(sweep_id)
+    if bracket is None:
+        return []
+    group = bracket.group("group")
+    prefix = group.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ".b%"
+    rows = session.scalars(
+        select(TI.task_id)
+        .distinct()
+        .where(TI.dag_id == dag_id, TI.run_id == dag_run_id, TI.task_id.like(prefix, escape="\\"))
+    )
+    return brackets_of(rows, group)
 
 
 def _rendered_fields(
@@ -348,7 +420,10 @@ def fill_sweep(
     ``map_index``, ``state``) and the sweep's XComs (``{(task id, map index): {key: value}}``)."""
     sweep = view.sweep_id
     plans = _plans(xcoms, sweep)
-    spec = _spec(plans, xcoms.get((f"{sweep}.promote", -1), {}).get(XCOM_RESULT))
+    promoted = next(
+        (xcoms[(t, -1)].get(XCOM_RESULT) for t in promote_task_ids(sweep) if (t, -1) in xcoms), None
+    )
+    spec = _spec(plans, promoted)
     view.objective, view.mode = spec.get("objective"), spec.get("mode") or "min"
     budgets = spec.get("budgets") or []
     if view.objective is None:
@@ -375,7 +450,7 @@ def fill_sweep(
     for trial in trials.values():
         trial.segments.sort(key=lambda s: s.rung)
         trial.stop = _stop(trial, plans, count)
-    _mark_promoted(view, trials, xcoms.get((f"{sweep}.promote", -1), {}).get(XCOM_RESULT))
+    _mark_promoted(view, trials, promoted)
     _highlight(trials.values())
     sign = 1.0 if view.mode == "min" else -1.0
     view.trials = sorted(
@@ -536,6 +611,8 @@ def _mark_promoted(view: SweepView, trials: Mapping[int, Trial], promoted: Any) 
         return
     runs_of, map_index = promoted.get("runs_of"), promoted.get("map_index")
     rung = _rung_of(runs_of, view.sweep_id) if isinstance(runs_of, str) else -1
+    if rung < 0 and isinstance(runs_of, str):
+        view.promoted_elsewhere = runs_of
     for trial in trials.values():
         if any(s.rung == rung and s.map_index == map_index for s in trial.segments):
             trial.promoted = True
@@ -597,6 +674,8 @@ def sweep_json(view: SweepView) -> dict[str, Any]:
             for trial in view.trials
         ],
         "promoted": view.promoted,
+        "promoted_elsewhere": view.promoted_elsewhere,
+        "brackets": view.brackets,
         "spent": view.spent,
         "warnings": view.warnings,
         "segments_not_shown": view.segments_not_shown,

@@ -13,7 +13,14 @@ import pytest
 
 from tests.sweep_xcoms import simulate_sweep
 from torchx_airflow.plugins.sweep_render import render_sweep_page
-from torchx_airflow.plugins.sweep_view import SweepView, fill_sweep, sweep_json, sweep_of
+from torchx_airflow.plugins.sweep_view import (
+    SweepView,
+    brackets_of,
+    choose_bracket,
+    fill_sweep,
+    sweep_json,
+    sweep_of,
+)
 from torchx_airflow.sweeps.tasks import XCOM_SWEEP_SPEC
 
 SPACE = [{"lr": lr, "hidden": w, "seed": 7} for lr in (0.01, 0.03, 0.1) for w in (8, 16, 32)]
@@ -231,3 +238,42 @@ def test_the_furthest_trials_series_are_read_from_their_trackers_joined_by_epoch
     sweep_view.read_series(view, fields, lambda conn_ids: (_ for _ in ()).throw(OSError("down")))
     assert view.warnings == ["Tracker 'fs' could not be read: OSError: down"]
     assert sweep_json(view)["trials"][0]["series"] is None
+
+
+HYPERBAND = [f"hb.b{s}.{kind}_{k}" for s in range(3) for k in range(3 - s) for kind in ("plan", "rung")]
+
+
+@pytest.mark.parametrize(
+    ("task_id", "sweep", "brackets"),
+    [
+        ("hb.b1.rung_1", "hb.b1", []),  # a bracket's task: that bracket, a sweep of its own
+        ("hb.b2.plan_0", "hb.b2", []),
+        ("hb", None, ["hb.b0", "hb.b1", "hb.b2"]),  # the sweep's group or promotion: its brackets
+        ("hb.promote", None, ["hb.b0", "hb.b1", "hb.b2"]),
+        ("hb.b1", "hb.b1", []),
+        ("other", None, []),
+    ],
+)
+def test_a_hyperband_sweep_is_shown_bracket_by_bracket(task_id, sweep, brackets):
+    known = [*HYPERBAND, "hb.promote", "other"]
+    assert (sweep_of(known, task_id), brackets_of(known, task_id)) == (sweep, brackets)
+    if brackets:  # the bracket the promotion published a trial of, else the one that trains the most
+        assert choose_bracket(brackets, {"runs_of": "hb.b1.rung_1", "map_index": 0}) == "hb.b1"
+        assert choose_bracket(brackets, None) == "hb.b2"
+
+
+def test_a_bracket_marks_the_sweep_s_promotion_when_it_is_its_trial_else_names_where_it_is():
+    instances, xcoms = simulate_sweep(SPACE, BUDGETS, loss, sweep_id="hb.b2", promote_task_id="hb.promote")
+    view = SweepView("d", "run1", "hb.b2", brackets=["hb.b0", "hb.b1", "hb.b2"])
+    fill_sweep(view, instances, xcoms, "/torchx")
+    data = sweep_json(view)
+    assert data["trials"][0]["promoted"] and data["promoted"]["trial"] == "t4"
+    page = _page(data)
+    assert "Hyperband brackets: " in page and "<b>b2 (shown)</b>" in page
+    assert 'href="/torchx/compare/d/run1?task_id=hb.b0"' in page
+    xcoms[("hb.promote", -1)]["return_value"].update(runs_of="hb.b1.rung_1", map_index=0)
+    view = SweepView("d", "run1", "hb.b2")
+    fill_sweep(view, instances, xcoms, "/torchx")
+    data = sweep_json(view)
+    assert not any(t["promoted"] for t in data["trials"]) and data["promoted_elsewhere"] == "hb.b1.rung_1"
+    assert "promoted: a trial of hb.b1.rung_1" in _page(data)
