@@ -3,7 +3,8 @@
 bracket gets a share of. Bracket b2 is successive halving over all nine: lr=0.1 leads after one epoch
 and it keeps lr=0.1 to the end; bracket b1 starts five of them at 3 epochs and finds the best
 (lr=0.03, depth=2), which the promotion, comparing every bracket at 9 epochs, publishes; bracket b0's
-first rung, priced from its trials' requests, passes its share: it trains nothing."""
+first rung, priced from its trials' requests, passes its share: it trains nothing. The comparison
+view (the plugin's routes, tests/plugin_views.py) shows the sweep bracket by bracket."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import subprocess
 
 import pytest
 
+from tests.plugin_views import plugin_client, view_of
 from torchx_airflow.sweeps.segment import TRIAL_FIELDS as RECORDED
 from torchx_airflow.sweeps.tasks import RESULT_TRIAL
 
@@ -51,10 +53,11 @@ def _segments(result, s: int, k: int, count: int) -> list[dict]:
 
 
 def test_hyperband_brackets_run_within_their_shares_resume_and_promote_the_best_at_max_budget(
-    run_dag, tmp_path
+    run_dag, tmp_path, monkeypatch
 ):
     out = tmp_path / "runs"
-    result = run_dag("tx_hyperband", conf={"out": str(out)}, env=_env(tmp_path / "store", out), timeout=500)
+    env = _env(tmp_path / "store", out)
+    result = run_dag("tx_hyperband", conf={"out": str(out)}, env=env, timeout=500)
     assert result.states.get("hyperband.promote") == "success", result.output[-6000:]
     plans = _plans(result)
     assert {s: [[t["index"] for t in rung] for rung in plans[s]] for s in plans} == EXPECTED
@@ -96,3 +99,30 @@ def test_hyperband_brackets_run_within_their_shares_resume_and_promote_the_best_
     assert result.xcom("hyperband.b2.plan_2")[0]["trial"]["id"] == f"b2-t{EARLY_LEADER}"  # halving's pick
     assert result.output.count("Promoted ") == 1
     assert subprocess.run(["pgrep", "-af", str(out)], capture_output=True, text=True).stdout == ""
+
+    # the comparison view: the sweep's group (or promote) shows the bracket whose trial was promoted,
+    # each bracket's tasks show that bracket, a sweep of successive halving of its own
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with plugin_client() as views:
+        b1 = view_of(views, "/api/compare", result, task_id="hyperband.promote")
+        assert (
+            b1["sweep_id"] == "hyperband.b1"
+            and view_of(views, "/api/compare", result, task_id="hyperband") == b1
+        )
+        assert b1["brackets"] == ["hyperband.b0", "hyperband.b1", "hyperband.b2"]
+        assert [r["budget"] for r in b1["rungs"]] == BUDGETS[1]
+        assert sorted(t["index"] for t in b1["trials"]) == EXPECTED[1][0]
+        assert b1["trials"][0]["id"] == f"b1-t{BEST}" and b1["trials"][0]["promoted"]
+        assert [(t["reached"], t["stop"]) for t in b1["trials"]] == [(1, "finished")] + [
+            (0, "not chosen")
+        ] * 4
+        b2 = view_of(views, "/api/compare", result, task_id="hyperband.b2.rung_0")
+        assert b2["promoted_elsewhere"] == "hyperband.b1.rung_1" and not any(
+            t["promoted"] for t in b2["trials"]
+        )
+        assert [t["id"] for t in b2["trials"] if t["stop"] == "finished"] == [f"b2-t{EARLY_LEADER}"]
+        b0 = view_of(views, "/api/compare", result, task_id="hyperband.b0.plan_0")
+        assert b0["trials"] == [] and "past max_cost" in b0["rungs"][0]["stopped"]
+        page = view_of(views, "/compare", result, task_id="hyperband.b2.plan_1")
+        assert "Hyperband brackets: " in page and "<b>b2 (shown)</b>" in page

@@ -15,6 +15,8 @@ import urllib.parse
 
 import pytest
 
+from tests.plugin_views import plugin_client, view_of
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
 BEST = {"lr": 0.03, "width": 16, "depth": 2}
@@ -51,27 +53,8 @@ def _processes(out) -> str:
 
 @pytest.fixture(scope="module")
 def views():
-    """The plugin's app (``plugins/app.py``) on the tests' metadata DB, its read checks passed (for
-    the DAG run and for the other DAG runs a cache hit stands for)."""
-    from airflow.api_fastapi.core_api.security import get_user
-    from fastapi.testclient import TestClient
-
-    from torchx_airflow.plugins import app as plugin_app
-
-    app = plugin_app.create_app()
-    for check in plugin_app.CanReadLineage:
-        app.dependency_overrides[check.dependency] = lambda: None
-    app.dependency_overrides[get_user] = lambda: None
-    with pytest.MonkeyPatch.context() as mp, TestClient(app) as client:
-        mp.setattr(plugin_app, "readable_dag_ids", lambda dag_ids, user: set(dag_ids))
+    with plugin_client() as client:
         yield client
-
-
-def _get(client, path: str, result, **query) -> object:
-    run = urllib.parse.quote(result.run_id, safe="")
-    reply = client.get(f"{path}/{result.dag_id}/{run}", params=query)
-    assert reply.status_code == 200, reply.text
-    return reply.json() if "/api/" in path else reply.text
 
 
 def _chains(result, plans: list[list[dict]]) -> dict[str, list[tuple[str, str | None]]]:
@@ -89,7 +72,7 @@ def _check_lineage(views, result, plans: list[list[dict]]) -> None:
     """The lineage view shows each trial as its chain of segments: a continuing segment's one parent
     in the DAG run is its trial's previous segment; a cache hit's other parent is the run it stands
     for (``cached_from``), and it has no other."""
-    graph = _get(views, "/api/lineage", result, depth=3)
+    graph = view_of(views, "/api/lineage", result, depth=3)
     chains = _chains(result, plans)
     runs = {run["id"]: run for run in graph["runs"]}
     parents: dict[str, set[str]] = {}
@@ -110,7 +93,7 @@ def _check_lineage(views, result, plans: list[list[dict]]) -> None:
 def _check_comparison(views, result, plans: list[list[dict]], segments, winner: dict) -> dict:
     """The comparison view of any of the sweep's tasks shows the sweep: trials x rungs, each trial's
     curve of what its segments' workers recorded, where it stopped, the promoted trial first."""
-    data = _get(views, "/api/compare", result, task_id="sweep.rung_1")
+    data = view_of(views, "/api/compare", result, task_id="sweep.rung_1")
     assert data["layout"] == "sweep" and data["sweep_id"] == "sweep"
     assert (data["objective"], data["mode"], data["params"]) == ("val_loss", "min", ["lr", "width", "depth"])
     assert [(r["budget"], r["planned"]) for r in data["rungs"]] == [(1, 27), (3, 9), (9, 3)]
@@ -132,13 +115,13 @@ def _check_comparison(views, result, plans: list[list[dict]], segments, winner: 
     stops = [(t["reached"], t["stop"]) for t in data["trials"]]
     assert sorted(stops) == [(0, "not chosen")] * 18 + [(1, "not chosen")] * 6 + [(2, "finished")] * 3
     assert sum(t["promoted"] for t in data["trials"]) == 1
-    assert _get(views, "/api/compare", result, task_id="sweep") == data  # the group's id: the same
-    runs = _get(views, "/api/compare", result, task_id="sweep.rung_1", layout="runs")
+    assert view_of(views, "/api/compare", result, task_id="sweep") == data  # the group's id: the same
+    runs = view_of(views, "/api/compare", result, task_id="sweep.rung_1", layout="runs")
     assert runs["layout"] == "runs" and len(runs["runs"]) == 9
     path = f"/api/compare/{result.dag_id}/{urllib.parse.quote(result.run_id, safe='')}"
     reply = views.get(path, params={"task_id": "prepare", "layout": "sweep"})
     assert reply.status_code == 404 and "'prepare'" in reply.text and "not part of a sweep" in reply.text
-    page = _get(views, "/compare", result, task_id="sweep.promote")
+    page = view_of(views, "/compare", result, task_id="sweep.promote")
     assert page.count('<polyline class="curve trial') == 27 and page.count('<polyline class="series"') == 3
     assert f"★ {winner['id']} promoted" in page and page.count('<tr data-trial="') == 27
     assert re.findall(r'class="tick x"[^>]*>([^<]*)<', page) == ["1", "3", "9"]
@@ -196,7 +179,7 @@ def test_a_27_configuration_sweep_picks_the_best_trains_a_third_reruns_from_cach
     assert all(p["trial"]["source"].startswith("airflow://tx_sweep/") for k in (1, 2) for p in replans[k])
     assert again.xcom("sweep.promote")["path"] == promoted["path"]
     _check_lineage(views, again, replans)  # the cache hits' chains too
-    rerun = _get(views, "/api/compare", again, task_id="sweep")
+    rerun = view_of(views, "/api/compare", again, task_id="sweep")
     # the same layout from the hits' own records, each hit's series that of the run it stands for
     assert [(t["id"], t["curve"], t["series"], t["stop"]) for t in rerun["trials"]] == [
         (t["id"], t["curve"], t["series"], t["stop"]) for t in data["trials"]
