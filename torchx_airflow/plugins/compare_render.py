@@ -163,9 +163,42 @@ def render_table(data: Mapping[str, Any], query: Mapping[str, Any], promote_url:
     )
 
 
+def finite_float(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number (not a boolean; an int past a float's range is
+    not); None otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def finite_points(points: Sequence[Sequence[Any]]) -> list[list[float]]:
+    """The points ``[x, y]`` whose coordinates are both finite numbers, as floats; others dropped."""
+    kept = []
+    for point in points:
+        x, y = (finite_float(point[0]), finite_float(point[1])) if len(point) == 2 else (None, None)
+        if x is not None and y is not None:
+            kept.append([x, y])
+    return kept
+
+
+def fraction(value: float, low: float, high: float) -> float:
+    """Where ``value`` falls between ``low`` (0) and ``high`` (1); 0.5 when they are one value. A span
+    past a float's range (``-1.7e308`` to ``1.7e308``) is measured in halves."""
+    span = high - low
+    if not math.isfinite(span):
+        return (value / 2 - low / 2) / (high / 2 - low / 2)
+    return (value - low) / span if span else 0.5
+
+
 def nice_ticks(low: float, high: float, count: int = TICKS) -> list[float]:
     """Ticks at round values (1, 2 or 5 times a power of ten apart) from at or below ``low`` to at or
-    above ``high``, about ``count`` of them; an axis drawn from the first to the last.
+    above ``high``, about ``count`` of them; an axis drawn from the first to the last. A range no
+    round step can span (past a float's range, or narrower than the smallest float's steps) is
+    ``[low, high]``, or ``[low]`` for one value.
 
     Example::
 
@@ -174,18 +207,38 @@ def nice_ticks(low: float, high: float, count: int = TICKS) -> list[float]:
     low, high = min(low, high), max(low, high)
     if not (math.isfinite(low) and math.isfinite(high)):
         return [low, high]
+    ticks = _round_ticks(low, high, count)
+    if ticks is None:
+        return [low] if low == high else [low, high]
+    return ticks
+
+
+def _round_ticks(low: float, high: float, count: int) -> list[float] | None:
+    """``nice_ticks`` of a finite range; None when no round step spans it."""
+    first_low, first_high = low, high
     if high == low:
         half = abs(low) / 2 or 0.5
         low, high = low - half, high + half
-    magnitude = 10.0 ** math.floor(math.log10((high - low) / max(1, count - 1)))
+    step_size = (high - low) / max(1, count - 1)
+    if not (math.isfinite(step_size) and step_size > 0):
+        return None
+    magnitude = 10.0 ** math.floor(math.log10(step_size))
+    if not (math.isfinite(magnitude) and magnitude > 0):
+        return None
     candidates = [
         (math.floor(low / step + 1e-9), math.ceil(high / step - 1e-9), step)
         for step in (magnitude, 2 * magnitude, 5 * magnitude, 10 * magnitude)
+        if math.isfinite(low / step) and math.isfinite(high / step)
     ]
+    if not candidates:
+        return None
     # the tick count nearest to ``count``; a tie keeps the finer step (min keeps the first)
     first, last, step = min(candidates, key=lambda c: abs(c[1] - c[0] + 1 - count))
     digits = max(0, -math.floor(math.log10(step)))
-    return [round(i * step, digits) + 0.0 for i in range(first, last + 1)]
+    ticks = [round(i * step, digits) + 0.0 for i in range(first, last + 1)]
+    if len(ticks) < 2 or not all(map(math.isfinite, ticks)) or ticks[0] > first_low or ticks[-1] < first_high:
+        return None
+    return ticks
 
 
 def render_curves(
@@ -193,7 +246,8 @@ def render_curves(
 ) -> str:
     """One SVG plot: a polyline per run (``series``: row key -> ``[[step, value], ...]``), axes with
     ticks, and a legend; an empty note when no selected run logged ``metric``."""
-    curves = {key: points for key, points in series.items() if points}
+    # a store's step past a float's range (an int of 400 digits) cannot be placed: not drawn
+    curves = {key: drawable for key, points in series.items() if (drawable := finite_points(points))}
     if not curves:
         return f'<p class="none">No selected run logged a curve of {_esc(metric or "any metric")}.</p>'
     steps = [p[0] for points in curves.values() for p in points]
@@ -203,10 +257,10 @@ def render_curves(
     width, height = PLOT_W - MARGIN_L - MARGIN_R, PLOT_H - MARGIN_T - MARGIN_B
 
     def x(step: float) -> float:
-        return MARGIN_L + (step - x0) / (x1 - x0) * width
+        return MARGIN_L + fraction(step, x0, x1) * width
 
     def y(value: float) -> float:
-        return MARGIN_T + (1 - (value - y0) / (y1 - y0)) * height
+        return MARGIN_T + (1 - fraction(value, y0, y1)) * height
 
     parts = [f'<rect class="plot-bg" x="{MARGIN_L}" y="{MARGIN_T}" width="{width}" height="{height}"/>']
     for tick in y_ticks:

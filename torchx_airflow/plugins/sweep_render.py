@@ -24,6 +24,7 @@ from torchx_airflow.plugins.compare_render import (
     PLOT_W,
     _esc,
     fmt_number,
+    fraction,
     nice_ticks,
 )
 from torchx_airflow.plugins.text import link_target
@@ -72,12 +73,12 @@ class _Plot:
 
     def x(self, budget: float) -> float:
         scale = math.log if self.log_x else float
-        span = (scale(self.x1) - scale(self.x0)) or 1.0
-        return MARGIN_L + (scale(budget) - scale(self.x0)) / span * (PLOT_W - MARGIN_L - MARGIN_R)
+        at = fraction(scale(budget), scale(self.x0), scale(self.x1))
+        return MARGIN_L + at * (PLOT_W - MARGIN_L - MARGIN_R)
 
     def y(self, value: float) -> float:
         height = PLOT_H - MARGIN_T - MARGIN_B
-        return MARGIN_T + (1 - (value - self.y0) / ((self.y1 - self.y0) or 1.0)) * height
+        return MARGIN_T + (1 - fraction(value, self.y0, self.y1)) * height
 
     def coords(self, points: Sequence[Sequence[float]]) -> str:
         return " ".join(f"{self.x(p[0]):.1f},{self.y(p[1]):.1f}" for p in points)

@@ -52,6 +52,7 @@ from torchx_airflow.plugins.airflow_runs import (
     tracker_groups,
 )
 from torchx_airflow.plugins.compare import lineage_link
+from torchx_airflow.plugins.compare_render import finite_points
 from torchx_airflow.plugins.graph import Seed
 from torchx_airflow.plugins.walk import parallel_map
 from torchx_airflow.policies.cost.usage import cost_total
@@ -372,8 +373,14 @@ def read_series(
 
     logged = dict(zip(reads, parallel_map(read, list(reads)), strict=True))
     for trial in view.trials:
-        if trial.highlight:
+        if not trial.highlight:
+            continue
+        try:  # what a store held decides nothing: one trial's series never fails the page
             trial.series = _joined([logged.get(s.key) or [] for s in trial.segments]) or None
+        except Exception as e:
+            view.warnings.append(
+                f"The series of trial {trial.id!r} could not be read: {type(e).__name__}: {e}"
+            )
 
 
 def _tracked(
@@ -395,11 +402,12 @@ def _tracked(
 
 
 def _joined(curves: Sequence[Sequence[tuple[int, float]]]) -> list[list[float]]:
-    """Segments' curves, rung by rung, as one: a later segment's point of a step replaces an earlier's."""
+    """Segments' curves, rung by rung, as one: a later segment's point of a step replaces an earlier's;
+    a point that is no pair of finite numbers (a store's step of 400 digits) is left out."""
     points: dict[float, float] = {}
     for curve in curves:
-        for step, value in curve:
-            points[float(step)] = float(value)
+        for step, value in finite_points(curve):
+            points[step] = value
     return [[step, points[step]] for step in sorted(points)]
 
 

@@ -237,3 +237,24 @@ def test_a_store_entry_over_the_bound_is_not_read_and_the_page_says_so(tmp_path,
     assert warning.startswith("r1 [0]: not read in full (")
     assert f"over {ENTRY_BYTES} bytes (one entry's bound)" in warning
     assert "not read in full" in render_compare_page(data, static_url="/s", json_url="/j", query={})
+
+
+EXTREMES = [(1.7e308, -1.7e308), (0.0, 5e-324), (1.7e308, 1.7e308), (-5e-324, 5e-324), (1e-310, 3e-310)]
+
+
+@pytest.mark.parametrize(("low", "high"), EXTREMES)
+def test_ticks_of_finite_extremes_cover_the_range_without_failing(low, high):
+    """A float's largest and smallest values: no round step spans them, the axis is their range."""
+    ticks = nice_ticks(low, high)
+    assert ticks and all(math.isfinite(t) for t in ticks)
+    assert ticks[0] <= min(low, high) and ticks[-1] >= max(low, high)
+
+
+@pytest.mark.parametrize(("low", "high"), EXTREMES)
+def test_a_plot_of_finite_extremes_places_every_point_inside_it(low, high):
+    svg = render_curves({"a": [[0, low], [1, high]], "b": [[10**400, 0.5], [2, high]]}, {}, "loss")
+    coords = [
+        float(c) for pair in re.findall(r'points="([^"]*)"', svg) for p in pair.split() for c in p.split(",")
+    ]
+    assert len(coords) == 6  # b's step of 400 digits cannot be placed: left out
+    assert all(0 <= c <= 760 for c in coords), svg

@@ -277,3 +277,32 @@ def test_a_bracket_marks_the_sweep_s_promotion_when_it_is_its_trial_else_names_w
     data = sweep_json(view)
     assert not any(t["promoted"] for t in data["trials"]) and data["promoted_elsewhere"] == "hb.b1.rung_1"
     assert "promoted: a trial of hb.b1.rung_1" in _page(data)
+
+
+@pytest.mark.parametrize(("low", "high"), [(1.7e308, -1.7e308), (0.0, 5e-324)])
+def test_a_sweep_of_finite_extremes_is_drawn_inside_the_plot(low, high):
+    instances, xcoms = simulate_sweep(SPACE, BUDGETS, lambda p, b: low if p["hidden"] == 8 else high)
+    page = _page(_view(instances, xcoms))
+    svg = page[page.index("<svg") : page.index("</svg>")]
+    coords = re.findall(r'(?:points|cx|cy|x|y)="([-\d., ]+)"', svg)
+    numbers = [float(c) for text in coords for part in text.split() for c in part.split(",")]
+    assert numbers and all(0 <= n <= 760 for n in numbers)
+
+
+def test_a_store_s_step_past_a_float_s_range_leaves_out_that_point_only(tmp_path):
+    from torchx_airflow_tracker.fsspec_store import FsspecStore
+
+    from torchx_airflow.plugins import sweep_view
+
+    instances, xcoms = simulate_sweep(SPACE, BUDGETS, loss)
+    store = FsspecStore(str(tmp_path / "store"))
+    view = SweepView("d", "run1", "sweep")
+    fill_sweep(view, instances, xcoms, "/torchx")
+    winner = view.trials[0]
+    for segment in winner.segments:  # a JSON store holds any int a job wrote
+        series = [[1, 0.5], [10**400, 0.4], [segment.rung + 2, 0.3]]
+        store.add_metadata(segment.logged_by, torchx_metrics={"final": {}, "series": {"val_loss": series}})
+    fields = {(s.task_id, s.map_index): {"tracker_conn_ids": ["fs"]} for s in winner.segments}
+    sweep_view.read_series(view, fields, lambda conn_ids: store)
+    assert winner.series == [[1.0, 0.5], [2.0, 0.3], [3.0, 0.3], [4.0, 0.3]] and view.warnings == []
+    assert "<svg" in _page(sweep_json(view))
