@@ -23,6 +23,7 @@ from torchx_airflow.plugins.compare_render import (
     PLOT_H,
     PLOT_W,
     _esc,
+    finite_points,
     fmt_number,
     fraction,
     nice_ticks,
@@ -79,6 +80,11 @@ class _Plot:
     def y(self, value: float) -> float:
         height = PLOT_H - MARGIN_T - MARGIN_B
         return MARGIN_T + (1 - fraction(value, self.y0, self.y1)) * height
+
+    def holds(self, point: Sequence[float]) -> bool:
+        """Whether the point lies inside the plot (and, on a log scale, right of zero)."""
+        x, y = point[0], point[1]
+        return (x > 0 or not self.log_x) and self.x0 <= x <= self.x1 and self.y0 <= y <= self.y1
 
     def coords(self, points: Sequence[Sequence[float]]) -> str:
         return " ".join(f"{self.x(p[0]):.1f},{self.y(p[1]):.1f}" for p in points)
@@ -146,13 +152,14 @@ def render_sweep_curves(data: Mapping[str, Any]) -> str:
     objective = data["objective"] or "the objective"
     if not trials:
         return f'<p class="none">No segment of this sweep recorded {_esc(objective)} yet.</p>'
+    # both axes from what the workers recorded and the rungs' budgets: a tracker's series (any job
+    # may write it) is drawn inside them, its points outside left out
     budgets = [b for r in data["rungs"] if (b := r.get("budget")) is not None]
     x_ticks, log_x = budget_axis(budgets + [p[0] for t in trials for p in t["curve"]])
-    series = {t["id"]: _drawable(t.get("series") or [], log_x) for t in trials if t.get("highlight")}
-    points = [p for t in trials for p in t["curve"]] + [p for s in series.values() for p in s]
-    y_ticks = nice_ticks(min(p[1] for p in points), max(p[1] for p in points))
-    steps = [*x_ticks, *(p[0] for s in series.values() for p in s)]
-    plot = _Plot(min(steps), max(steps), y_ticks[0], y_ticks[-1], log_x)
+    values = [p[1] for t in trials for p in t["curve"]]
+    y_ticks = nice_ticks(min(values), max(values))
+    plot = _Plot(x_ticks[0], x_ticks[-1], y_ticks[0], y_ticks[-1], log_x)
+    series = {t["id"]: _drawable(t.get("series") or [], plot) for t in trials if t.get("highlight")}
     parts = _axes(plot, x_ticks, y_ticks)
     colors = _colors(data["trials"])
     # grey trials first (under), then those that got furthest, the promoted one on top
@@ -168,15 +175,15 @@ def render_sweep_curves(data: Mapping[str, Any]) -> str:
     if series and any(series.values()):
         note = (
             '<p class="left-out">Thin lines: the objective by epoch as the furthest trials\' segments logged '
-            "it in their tracker (shown only; the rungs were chosen from the values each worker recorded, "
-            "the dots and thick lines).</p>"
+            "it in their tracker (shown only, inside the recorded values' range; the rungs were chosen "
+            "from the values each worker recorded, the dots and thick lines).</p>"
         )
     return f'<figure class="plot">{caption}{svg}{_legend(data["trials"], colors)}{note}</figure>'
 
 
-def _drawable(series: Sequence[Sequence[float]], log_x: bool) -> list[Sequence[float]]:
-    """A series' points the axis can draw (a log scale has no step 0)."""
-    return [p for p in series if p[0] > 0] if log_x else list(series)
+def _drawable(series: Sequence[Sequence[float]], plot: _Plot) -> list[list[float]]:
+    """A series' points inside the plot (a log scale has no step 0)."""
+    return [p for p in finite_points(series) if plot.holds(p)]
 
 
 def _colors(trials: Sequence[Mapping[str, Any]]) -> dict[str, str]:

@@ -306,3 +306,21 @@ def test_a_store_s_step_past_a_float_s_range_leaves_out_that_point_only(tmp_path
     sweep_view.read_series(view, fields, lambda conn_ids: store)
     assert winner.series == [[1.0, 0.5], [2.0, 0.3], [3.0, 0.3], [4.0, 0.3]] and view.warnings == []
     assert "<svg" in _page(sweep_json(view))
+
+
+def test_a_tracker_s_series_does_not_set_the_axes_of_the_recorded_curves():
+    """A series point far outside (step 10**12, a value of 1e9) is left out; the recorded curves keep
+    the plot: the winner's first and last recorded points at the plot's left and right edges."""
+    data = _view(*simulate_sweep(SPACE, BUDGETS, loss))
+    plain = _page(data)
+    winner = data["trials"][0]
+    inside = [[2.0, winner["curve"][0][1]], [5.0, winner["curve"][-1][1]]]
+    winner["series"] = [[1.0, 1e9], *inside, [10.0**12, 0.2]]
+    page = _page(data)
+    assert re.findall(r'class="tick [xy]"[^>]*>([^<]*)<', page) == re.findall(
+        r'class="tick [xy]"[^>]*>([^<]*)<', plain
+    )
+    curve = re.search(r'class="curve trial promoted" data-trial="t4" points="([^"]*)"', page).group(1)
+    assert curve.split()[0].startswith("64.0,") and curve.split()[-1].startswith("744.0,")
+    (series,) = re.findall(r'class="series" data-trial="t4" points="([^"]*)"', page)
+    assert len(series.split()) == 2  # the two points inside the recorded range
