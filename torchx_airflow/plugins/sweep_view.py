@@ -457,7 +457,7 @@ def fill_sweep(
     view.spent = _spent(plans)
     for trial in trials.values():
         trial.segments.sort(key=lambda s: s.rung)
-        trial.stop = _stop(trial, plans, count)
+        trial.stop = _stop(trial, plans, count, objective_known=view.objective is not None)
     _mark_promoted(view, trials, promoted)
     _highlight(trials.values())
     sign = 1.0 if view.mode == "min" else -1.0
@@ -591,8 +591,11 @@ def _spent(plans: Mapping[int, Mapping[str, Any]]) -> float | None:
     return None
 
 
-def _stop(trial: Trial, plans: Mapping[int, Mapping[str, Any]], rungs: int) -> str:
-    """Why the trial went no further than the highest rung it reached."""
+def _stop(
+    trial: Trial, plans: Mapping[int, Mapping[str, Any]], rungs: int, objective_known: bool = True
+) -> str:
+    """Why the trial went no further than the highest rung it reached. Without the sweep's objective
+    (plans of an earlier version, no promotion) no value was read: the next plan's list tells."""
     last = trial.segments[-1]
     if (
         last.state is not None
@@ -600,17 +603,31 @@ def _stop(trial: Trial, plans: Mapping[int, Mapping[str, Any]], rungs: int) -> s
         or last.task_state in ("failed", "upstream_failed")
     ):
         return FAILED
-    if last.state == "SUCCEEDED" and last.value is None:
+    if objective_known and last.state == "SUCCEEDED" and last.value is None:
         return FAILED  # it recorded no value of the objective: the next plan drops it
     if trial.reached == rungs - 1:
         return FINISHED if last.state == "SUCCEEDED" else PENDING
     following = plans.get(trial.reached + 1)
     if following is None or not isinstance(following.get(XCOM_RESULT), list):
         return PENDING
+    if trial.index in _chosen(following):
+        return PENDING  # the next plan took it: its segment there has not started
     record = following.get(XCOM_SWEEP)
     if isinstance(record, Mapping) and record.get("stopped"):
         return SWEEP_STOPPED
     return NOT_CHOSEN
+
+
+def _chosen(plan: Mapping[str, Any]) -> set[int]:
+    """The indexes of the trials a plan gave its rung."""
+    segments = plan.get(XCOM_RESULT)
+    chosen = set()
+    for segment in segments if isinstance(segments, list) else []:
+        trial = segment.get("trial") if isinstance(segment, Mapping) else None
+        index = trial.get("index") if isinstance(trial, Mapping) else None
+        if isinstance(index, int):
+            chosen.add(index)
+    return chosen
 
 
 def _mark_promoted(view: SweepView, trials: Mapping[int, Trial], promoted: Any) -> None:

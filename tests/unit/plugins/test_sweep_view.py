@@ -153,6 +153,11 @@ def test_without_the_plans_record_the_objective_is_the_promotion_s():
     assert data["objective"] is None and "recorded no objective" in data["warnings"][0]
     assert all(t["curve"] == [] for t in data["trials"])
     assert "No segment of this sweep recorded" in _page(data)
+    # where each stopped, from the next plan's list: no value was read, none failed
+    assert sorted(t["stop"] for t in data["trials"]) == ["finished"] + ["not chosen"] * 8
+    instances = [ti for ti in instances if ti.task_id != "sweep.rung_2"]  # rung 2 not started yet
+    stops = {t["id"]: t["stop"] for t in _view(instances, xcoms)["trials"]}
+    assert stops.pop("t4") == "pending" and set(stops.values()) == {"not chosen"}
 
 
 def test_the_page_escapes_what_the_dag_and_the_jobs_named():
