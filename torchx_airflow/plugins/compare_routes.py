@@ -10,8 +10,9 @@ Query: ``sort`` (``run``, ``state``, ``attempts``, ``elapsed_s``, ``cpu_hours``,
 curve to plot), ``a`` and ``b`` (two row keys to diff). In one DAG run, a sweep's task (``<sweep>.rung_1``,
 ``<sweep>.plan_0``, ``<sweep>.promote``) or its group's id (``task_id=<sweep>``) shows the whole
 sweep as trials x rungs (``plugins/sweep_view.py``); ``layout=runs`` shows the task's own runs
-instead, ``layout=sweep`` only a sweep (404 for another task). Authorised as the lineage view (read access
-to the DAG's runs, task instances and XComs), bounded by its limiter, masked as it is.
+instead, ``layout=sweep`` only a sweep (404 for another task; 400 on the per-DAG route, a sweep being
+one DAG run's). Authorised as the lineage view (read access to the DAG's runs, task instances and
+XComs), bounded by its limiter, masked as it is.
 """
 
 from __future__ import annotations
@@ -71,6 +72,13 @@ def _data(
     params: dict[str, Any],
 ) -> dict[str, Any]:
     _check_sort(params["sort"])
+    if run_id is None and params["layout"] == "sweep":
+        raise HTTPException(
+            400,
+            f"layout=sweep shows a sweep of one DAG run: open /compare/{dag_id}/<run_id>?task_id={task_id} "
+            "(or its /api/compare/... JSON) with the DAG run's id, or drop layout=sweep to compare the "
+            "task's runs in the DAG's last runs.",
+        )
     root = str(request.scope.get("root_path", ""))
     with view.limiter.slot():
         if run_id is not None and params["layout"] != "runs":

@@ -258,3 +258,25 @@ def test_a_plot_of_finite_extremes_places_every_point_inside_it(low, high):
     ]
     assert len(coords) == 6  # b's step of 400 digits cannot be placed: left out
     assert all(0 <= c <= 760 for c in coords), svg
+
+
+def test_layout_sweep_without_a_dag_run_is_a_clear_400():
+    """The comparison routes on their own app (the lineage view's read checks and DB session stood
+    in for): a sweep is one DAG run's, so the per-DAG route says where to ask instead."""
+    import contextlib
+
+    from airflow.api_fastapi.common.db.common import _get_session
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from torchx_airflow.plugins.compare_routes import add_compare_routes
+
+    app = FastAPI()
+    limiter = SimpleNamespace(slot=contextlib.nullcontext)
+    add_compare_routes(app, [], limiter, lambda text: text)
+    app.dependency_overrides[_get_session] = lambda: None
+    with TestClient(app) as client:
+        for path in ("/compare/d", "/api/compare/d"):
+            reply = client.get(path, params={"task_id": "sweep", "layout": "sweep"})
+            assert reply.status_code == 400, reply.text
+            assert "layout=sweep" in reply.text and "/compare/d/<run_id>?task_id=sweep" in reply.text
