@@ -55,7 +55,7 @@ from torchx_airflow.plugins.compare import lineage_link
 from torchx_airflow.plugins.compare_render import finite_points
 from torchx_airflow.plugins.graph import Seed
 from torchx_airflow.plugins.walk import parallel_map
-from torchx_airflow.policies.cost.usage import cost_total
+from torchx_airflow.policies.cost.usage import spent_total
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -530,7 +530,7 @@ def _segment(
         trial = None
     spent = pushed.get(XCOM_SEGMENT_SPENT)  # a failed task's: what its job cost
     cost = result.get("cost") if result else spent.get("cost") if isinstance(spent, Mapping) else None
-    total = cost_total(cost)
+    total = spent_total(result or spent)  # resubmitted attempts count, as the plans count them
     currency = _currency(cost)
     value = None
     if view.objective is not None and result.get("state") == "SUCCEEDED":

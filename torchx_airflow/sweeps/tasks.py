@@ -37,7 +37,7 @@ from torchx_airflow.lineage.keys import (
     XCOM_SWEEP_SPEC,
 )
 from torchx_airflow.operators.promote import TorchXPromoteOperator
-from torchx_airflow.policies.cost.usage import cost_total
+from torchx_airflow.policies.cost.usage import cost_total, spent_total
 from torchx_airflow.sweeps.halving import choose, finite, survivors
 from torchx_airflow.sweeps.segment import RESULT_TRIAL, XCOM_SEGMENT_SPENT, trial_view
 
@@ -67,19 +67,10 @@ def _own_trial(result: Any, planned: Mapping[str, Any], count: int) -> Mapping[s
 
 
 def cost_spent(result: Any) -> float | None:
-    """What a segment's worker recorded it spent: its last job's cost, plus what each earlier attempt
-    of it (a job the infrastructure ended, resubmitted) recorded; 0 for a cache hit; None when the
-    worker recorded no cost at all."""
-    if not isinstance(result, Mapping):
-        return None
-    cost = result.get("cost")
-    total = cost_total(cost) if isinstance(cost, Mapping) else finite(cost)
-    attempts = result.get("attempts")
-    for attempt in attempts[:-1] if isinstance(attempts, list) else []:  # the last one is ``cost``
-        earlier = cost_total(attempt.get("cost")) if isinstance(attempt, Mapping) else None
-        if earlier is not None:
-            total = (total or 0.0) + earlier
-    return total
+    """What a segment's worker recorded it spent (``policies.cost.usage.spent_total``): its last
+    job's cost, plus what each earlier attempt of it recorded; 0 for a cache hit; None when the worker
+    recorded no cost at all."""
+    return spent_total(result)
 
 
 def cost_of_training(result: Any) -> float | None:

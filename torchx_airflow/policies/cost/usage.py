@@ -173,6 +173,34 @@ def cost_total(cost: Any) -> float | None:
     return None
 
 
+def spent_total(result: Any) -> float | None:
+    """What a task's worker recorded its app spent (its result, or the cost a failed task pushed):
+    its last job's cost, plus what each earlier attempt (a job the infrastructure ended, resubmitted)
+    recorded; 0 for a cache hit; None when the worker recorded no cost at all.
+
+    Example::
+
+        earlier = {"cost": {"actual": {"total": 1.5}}}
+        spent_total({"cost": {"actual": {"total": 2.0}}, "attempts": [earlier, {}]})  # 3.5
+    """
+    if not isinstance(result, Mapping):
+        return None
+    cost = result.get("cost")
+    total = cost_total(cost) if isinstance(cost, Mapping) else _finite(cost)
+    attempts = result.get("attempts")
+    for attempt in attempts[:-1] if isinstance(attempts, list) else []:  # the last one is ``cost``
+        earlier = cost_total(attempt.get("cost")) if isinstance(attempt, Mapping) else None
+        if earlier is not None:
+            total = (total or 0.0) + earlier
+    return total
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
 class RunAccounting:
     """The usage and cost of one task's app: the estimate and ``max_cost`` before submitting, the
     usage and the actual cost when it ends.
