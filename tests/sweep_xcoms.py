@@ -124,3 +124,56 @@ def simulate_sweep(
 
 def _better(value: float, than: float, mode: str) -> bool:
     return value < than if mode == "min" else value > than
+
+
+def store_sweep(
+    session: Any,
+    dag_id: str,
+    run_id: str,
+    instances: Sequence[Any],
+    xcoms: Mapping[tuple[str, int], Mapping[str, Any]],
+    plan_states: Mapping[str, str] | None = None,
+) -> None:
+    """Write a sweep's task instances and XComs (``simulate_sweep``'s) into Airflow's tables, as its
+    DAG run leaves them: one DAG run, the segments' task instances, a task instance per plan and
+    promotion (``plan_states``: task id -> state, else success) and every XCom as Airflow stores it."""
+    import uuid
+
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.xcom import XComModel
+    from airflow.sdk import timezone
+    from sqlalchemy import func, insert, select
+
+    dag_run = (session.scalar(select(func.max(DagRun.id))) or 0) + 1
+    session.execute(
+        insert(DagRun.__table__).values(
+            id=dag_run,
+            dag_id=dag_id,
+            run_id=run_id,
+            run_type="manual",
+            run_after=timezone.utcnow(),
+            log_template_id=None,
+        )
+    )
+    tasks = {(ti.task_id, ti.map_index): ti.state for ti in instances}
+    for task_id, map_index in xcoms:
+        if (task_id, map_index) not in tasks and map_index == -1:
+            tasks[(task_id, map_index)] = "success"
+    tasks.update({(task_id, -1): state for task_id, state in (plan_states or {}).items()})
+    for (task_id, map_index), state in tasks.items():
+        session.execute(
+            insert(TaskInstance.__table__).values(
+                id=uuid.uuid4(), dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index,
+                state=state, pool="default_pool",
+            )
+        )  # fmt: skip
+    for (task_id, map_index), pushed in xcoms.items():
+        for key, value in pushed.items():
+            session.execute(
+                insert(XComModel.__table__).values(
+                    dag_run_id=dag_run, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index,
+                    key=key, value=XComModel.serialize_value(value),
+                )
+            )  # fmt: skip
+    session.commit()

@@ -38,6 +38,7 @@ STOP_TEXT = {
     "failed": "failed",
     "sweep stopped": "sweep stopped",
     "pending": "pending",
+    "not shown": "later segments not shown",
 }
 
 

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import and_, func, or_, select
 
 from torchx_airflow.lineage.keys import (
     RESULT_TRIAL,
@@ -72,13 +72,16 @@ SWEEP_TASK = re.compile(r"^(?P<sweep>.+)\.(?:(?P<kind>rung|plan)_(?P<rung>\d+)|p
 BRACKET = re.compile(r"^(?P<group>.+)\.b(?P<s>\d+)$")
 XCOM_KEYS = (XCOM_RESULT, XCOM_RUN_ID, XCOM_SEGMENT_SPENT, XCOM_SWEEP, XCOM_SWEEP_SPEC)
 #: why a trial went no further
-FINISHED, NOT_CHOSEN, FAILED, SWEEP_STOPPED, PENDING = (
+FINISHED, NOT_CHOSEN, FAILED, SWEEP_STOPPED, PENDING, NOT_SHOWN = (
     "finished",
     "not chosen",
     "failed",
     "sweep stopped",
     "pending",
+    "not shown",  # its later segments may be among those left out
 )
+#: a plan's task states that stop the sweep before its rung
+PLAN_FAILED = ("failed", "upstream_failed")
 
 
 def _finite(value: Any) -> float | None:
@@ -245,32 +248,88 @@ class SweepView:
     segments_not_shown: int = 0
 
 
-def _instances(session: Session, dag_id: str, dag_run_id: str, sweep_id: str) -> tuple[list[Any], int]:
-    """The sweep's segments (task instances of ``<sweep>.rung_k``), at most ``MAX_SEGMENTS``, and how
-    many more it has."""
+def _like(prefix: str) -> str:
+    """``prefix`` as the start of a LIKE pattern (its wildcards escaped with a backslash)."""
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _instances(
+    session: Session, dag_id: str, dag_run_id: str, sweep_id: str
+) -> tuple[list[Any], int, set[int]]:
+    """The sweep's segments (task instances of ``<sweep>.rung_k``), at most ``MAX_SEGMENTS``, the
+    highest rungs first (where the sweep's choice shows); how many more it has, and the rungs some of
+    whose segments were left out."""
     from airflow.models.taskinstance import TaskInstance as TI
 
-    prefix = sweep_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ".rung\\_%"
-    of_sweep = (TI.dag_id == dag_id, TI.run_id == dag_run_id, TI.task_id.like(prefix, escape="\\"))
-    total = session.scalar(select(func.count()).select_from(TI).where(*of_sweep)) or 0
-    query = select(TI.task_id, TI.map_index, TI.state).where(*of_sweep).order_by(TI.task_id, TI.map_index)
-    rows = [row for row in session.execute(query.limit(MAX_SEGMENTS)) if _rung_of(row.task_id, sweep_id) >= 0]
-    return rows, max(0, total - len(rows))
+    of_run = (TI.dag_id == dag_id, TI.run_id == dag_run_id)
+    counts = session.execute(
+        select(TI.task_id, func.count())
+        .where(*of_run, TI.task_id.like(_like(sweep_id) + ".rung\\_%", escape="\\"))
+        .group_by(TI.task_id)
+    )
+    rungs = sorted(
+        ((rung, task_id, count) for task_id, count in counts if (rung := _rung_of(task_id, sweep_id)) >= 0),
+        reverse=True,
+    )
+    rows: list[Any] = []
+    cut: set[int] = set()
+    for rung, task_id, count in rungs:
+        room = MAX_SEGMENTS - len(rows)
+        if room < count:
+            cut.add(rung)
+        if room > 0:
+            query = select(TI.task_id, TI.map_index, TI.state).where(*of_run, TI.task_id == task_id)
+            rows += session.execute(query.order_by(TI.map_index).limit(room))
+    return rows, sum(count for _, _, count in rungs) - len(rows), cut
 
 
-def _xcoms(session: Session, dag_id: str, dag_run_id: str, sweep_id: str, exact: bool = False) -> dict:
-    """``{(task id, map index): {key: value}}`` of the sweep's tasks and its promotion (``exact``:
-    of the task ``sweep_id`` alone), one query."""
-    from airflow.models.xcom import XComModel
+def _plan_states(session: Session, dag_id: str, dag_run_id: str, sweep_id: str) -> dict[int, str]:
+    """The state of each rung's plan task (one query): a plan that failed pushed nothing."""
+    from airflow.models.taskinstance import TaskInstance as TI
 
-    prefix = sweep_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ".%"
-    tasks = (
-        XComModel.task_id == sweep_id
-        if exact
-        else or_(
-            XComModel.task_id.like(prefix, escape="\\"), XComModel.task_id.in_(promote_task_ids(sweep_id))
+    rows = session.execute(
+        select(TI.task_id, TI.state).where(
+            TI.dag_id == dag_id,
+            TI.run_id == dag_run_id,
+            TI.task_id.like(_like(sweep_id) + ".plan\\_%", escape="\\"),
         )
     )
+    states = {}
+    for row in rows:
+        match = SWEEP_TASK.match(row.task_id)
+        if match and match.group("sweep") == sweep_id and match.group("kind") == "plan" and row.state:
+            states[int(match.group("rung"))] = str(row.state)
+    return states
+
+
+def _xcoms(
+    session: Session,
+    dag_id: str,
+    dag_run_id: str,
+    sweep_id: str,
+    exact: bool = False,
+    segments: Iterable[Any] = (),
+) -> dict:
+    """``{(task id, map index): {key: value}}`` of the sweep's plans, its promotion and ``segments``
+    (task instances of its rungs: the ones shown), one query; ``exact``: of the task ``sweep_id``
+    alone."""
+    from airflow.models.xcom import XComModel
+
+    if exact:
+        tasks = XComModel.task_id == sweep_id
+    else:
+        shown: dict[str, list[int]] = {}
+        for segment in segments:
+            shown.setdefault(segment.task_id, []).append(segment.map_index)
+        # a rung's shown segments are its lowest map indexes (``_instances``): a range each
+        tasks = or_(
+            XComModel.task_id.like(_like(sweep_id) + ".plan\\_%", escape="\\"),
+            XComModel.task_id.in_(promote_task_ids(sweep_id)),
+            *(
+                and_(XComModel.task_id == task_id, XComModel.map_index.between(min(indexes), max(indexes)))
+                for task_id, indexes in shown.items()
+            ),
+        )
     rows = session.execute(
         select(XComModel.task_id, XComModel.map_index, XComModel.key, XComModel.value).where(
             XComModel.dag_id == dag_id,
@@ -295,9 +354,11 @@ def load_sweep(
 ) -> SweepView:
     """The sweep ``sweep_id`` of the DAG run, from its task instances and XComs (a few queries), with
     the per-epoch series of the trials that got furthest."""
-    instances, not_shown = _instances(session, dag_id, dag_run_id, sweep_id)
+    instances, not_shown, cut = _instances(session, dag_id, dag_run_id, sweep_id)
     view = SweepView(dag_id, dag_run_id, sweep_id, segments_not_shown=not_shown)
-    fill_sweep(view, instances, _xcoms(session, dag_id, dag_run_id, sweep_id), lineage_prefix)
+    xcoms = _xcoms(session, dag_id, dag_run_id, sweep_id, segments=instances)
+    plan_states = _plan_states(session, dag_id, dag_run_id, sweep_id)
+    fill_sweep(view, instances, xcoms, lineage_prefix, plan_states=plan_states, cut_rungs=cut)
     view.brackets = _siblings(session, dag_id, dag_run_id, sweep_id)
     wanted = [s for trial in view.trials if trial.highlight for s in trial.segments if s.logged_by]
     read_series(view, _rendered_fields(session, dag_id, dag_run_id, wanted), open_store)
@@ -312,7 +373,7 @@ def _siblings(session: Session, dag_id: str, dag_run_id: str, sweep_id: str) -> 
     if bracket is None:
         return []
     group = bracket.group("group")
-    prefix = group.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ".b%"
+    prefix = _like(group) + ".b%"
     rows = session.scalars(
         select(TI.task_id)
         .distinct()
@@ -423,9 +484,13 @@ def fill_sweep(
     instances: Iterable[Any],
     xcoms: Mapping[tuple[str, int], Mapping[str, Any]],
     lineage_prefix: str = "",
+    plan_states: Mapping[int, str] | None = None,
+    cut_rungs: Collection[int] = (),
 ) -> None:
     """The trials and rungs of ``view`` from its segments' task instances (``task_id``,
-    ``map_index``, ``state``) and the sweep's XComs (``{(task id, map index): {key: value}}``)."""
+    ``map_index``, ``state``), the sweep's XComs (``{(task id, map index): {key: value}}``), its
+    plans' task states (``{rung: state}``) and the rungs some of whose segments were left out."""
+    plan_states = plan_states or {}
     sweep = view.sweep_id
     plans = _plans(xcoms, sweep)
     promoted = next(
@@ -453,11 +518,19 @@ def fill_sweep(
         if index not in trials:
             trials[index] = Trial(index, str(record.get("id") or f"#{index}"), _params(record))
         trials[index].segments.append(segment)
+    count = max([count, *(k + 1 for k in plan_states)])
+    failed_plans = {k: f"{sweep}.plan_{k}" for k, state in plan_states.items() if state in PLAN_FAILED}
     view.rungs = [_rung(k, budgets, plans.get(k), trials.values()) for k in range(count)]
+    for step in view.rungs:
+        if step.planned is None and step.rung in failed_plans:
+            step.stopped = f"its plan {failed_plans[step.rung]} {plan_states[step.rung]}: no trial went on"
     view.spent = _spent(plans)
     for trial in trials.values():
         trial.segments.sort(key=lambda s: s.rung)
-        trial.stop = _stop(trial, plans, count, objective_known=view.objective is not None)
+        cut = any(k > trial.reached for k in cut_rungs)
+        trial.stop = (
+            NOT_SHOWN if cut else _stop(trial, plans, count, view.objective is not None, failed_plans)
+        )
     _mark_promoted(view, trials, promoted)
     _highlight(trials.values())
     sign = 1.0 if view.mode == "min" else -1.0
@@ -592,10 +665,15 @@ def _spent(plans: Mapping[int, Mapping[str, Any]]) -> float | None:
 
 
 def _stop(
-    trial: Trial, plans: Mapping[int, Mapping[str, Any]], rungs: int, objective_known: bool = True
+    trial: Trial,
+    plans: Mapping[int, Mapping[str, Any]],
+    rungs: int,
+    objective_known: bool = True,
+    failed_plans: Collection[int] = (),
 ) -> str:
     """Why the trial went no further than the highest rung it reached. Without the sweep's objective
-    (plans of an earlier version, no promotion) no value was read: the next plan's list tells."""
+    (plans of an earlier version, no promotion) no value was read: the next plan's list tells; a next
+    plan that failed (``failed_plans``: rungs) stopped the sweep."""
     last = trial.segments[-1]
     if (
         last.state is not None
@@ -609,7 +687,7 @@ def _stop(
         return FINISHED if last.state == "SUCCEEDED" else PENDING
     following = plans.get(trial.reached + 1)
     if following is None or not isinstance(following.get(XCOM_RESULT), list):
-        return PENDING
+        return SWEEP_STOPPED if trial.reached + 1 in failed_plans else PENDING
     if trial.index in _chosen(following):
         return PENDING  # the next plan took it: its segment there has not started
     record = following.get(XCOM_SWEEP)

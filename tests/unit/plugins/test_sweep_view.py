@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from types import SimpleNamespace
 
 import pytest
 
@@ -343,3 +344,120 @@ def test_a_segment_s_cost_counts_its_resubmitted_attempts_as_the_plans_count_the
     winner = data["trials"][0]
     assert winner["id"] == "t4" and winner["segments"][0]["cost"] == cost_spent(result) == 1.75
     assert re.search(r'<tr data-trial="t4".*?<td class="num">9.75 USD</td></tr>', _page(data))
+
+
+@pytest.fixture(scope="module")
+def metadata_db():
+    """Airflow's tables the view reads (DAG runs, task instances, XComs, rendered fields) in an
+    in-memory SQLite database: the view's queries run on a real SQL engine."""
+    from airflow.models import import_all_models
+    from airflow.models.base import Base
+    from airflow.models.dagrun import DagRun
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.xcom import XComModel
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import StaticPool
+
+    import_all_models()
+    engine = create_engine("sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False})
+    tables = [m.__table__ for m in (DagRun, TaskInstance, XComModel, RenderedTaskInstanceFields)]
+    Base.metadata.create_all(engine, tables=tables)
+    yield engine
+    engine.dispose()
+
+
+def _load(engine, dag_run_id: str, sweep_id: str = "sweep") -> dict:
+    from sqlalchemy.orm import Session
+
+    from torchx_airflow.plugins.sweep_view import load_sweep
+
+    with Session(engine) as session:
+        return sweep_json(load_sweep(session, "d", dag_run_id, sweep_id, "/torchx", lambda ids: None))
+
+
+def test_over_the_segments_bound_the_highest_rungs_are_shown_and_only_their_xcoms_read(
+    metadata_db, monkeypatch
+):
+    """13 segments, 5 shown: rung 2's, rung 1's and one of rung 0 (the rungs by number, not as text:
+    rung_10 before rung_2); the XComs read are the plans', the promotion's and those 5 segments'."""
+    from airflow.models.xcom import XComModel
+    from sqlalchemy.orm import Session
+
+    from tests.sweep_xcoms import store_sweep
+    from torchx_airflow.plugins import sweep_view
+
+    instances, xcoms = simulate_sweep(SPACE, BUDGETS, loss)
+    with Session(metadata_db) as session:
+        store_sweep(session, "d", "capped", instances, xcoms)
+    monkeypatch.setattr(sweep_view, "MAX_SEGMENTS", 5)
+    read: list[tuple[str, int]] = []
+    deserialize = XComModel.deserialize_value
+    monkeypatch.setattr(
+        XComModel,
+        "deserialize_value",
+        lambda row: read.append((row.task_id, row.map_index)) or deserialize(row),
+    )
+    data = _load(metadata_db, "capped")
+    shown = sorted((s["task_id"], s["map_index"]) for t in data["trials"] for s in t["segments"])
+    assert shown == [
+        ("sweep.rung_0", 0),
+        ("sweep.rung_1", 0),
+        ("sweep.rung_1", 1),
+        ("sweep.rung_1", 2),
+        ("sweep.rung_2", 0),
+    ]
+    assert data["segments_not_shown"] == 8
+    winner = data["trials"][0]
+    assert (winner["id"], winner["promoted"], winner["reached"], winner["stop"]) == (
+        "t4",
+        True,
+        2,
+        "finished",
+    )
+    plans = {(f"sweep.plan_{k}", -1) for k in range(3)}
+    assert set(read) == plans | {("sweep.promote", -1)} | set(shown)
+
+    wide = [
+        SimpleNamespace(task_id=f"wide.rung_{k}", map_index=i, state="success")
+        for k, n in ((0, 4), (2, 2), (10, 1))
+        for i in range(n)
+    ]
+    with Session(metadata_db) as session:
+        store_sweep(session, "d", "wide", wide, {("wide.plan_0", -1): {}})
+        monkeypatch.setattr(sweep_view, "MAX_SEGMENTS", 3)
+        rows, not_shown, cut = sweep_view._instances(session, "d", "wide", "wide")
+    assert [(r.task_id, r.map_index) for r in rows] == [
+        ("wide.rung_10", 0),
+        ("wide.rung_2", 0),
+        ("wide.rung_2", 1),
+    ]
+    assert (not_shown, cut) == (4, {0})
+
+
+def test_a_trial_whose_later_segments_were_left_out_gets_no_stop_reason():
+    instances, xcoms = simulate_sweep(SPACE, BUDGETS, loss)
+    instances = [ti for ti in instances if ti.task_id != "sweep.rung_1" or ti.map_index == 0]
+    view = SweepView("d", "run1", "sweep")
+    fill_sweep(view, instances, xcoms, "/torchx", cut_rungs={1})
+    stops = {t.id: t.stop for t in view.trials if t.reached == 0}  # rung 1 cut: each may be there
+    assert len(stops) == 7 and set(stops.values()) == {"not shown"}
+    assert {t.stop for t in view.trials if t.reached > 0} <= {"finished", "not chosen"}
+    assert "rung 0 · later segments not shown" in _page(sweep_json(view))
+
+
+def test_a_plan_that_failed_stops_the_sweep_and_is_named(metadata_db):
+    from sqlalchemy.orm import Session
+
+    from tests.sweep_xcoms import store_sweep
+
+    instances, xcoms = simulate_sweep(SPACE, BUDGETS, loss, promote=False)
+    del xcoms[("sweep.plan_2", -1)]  # a plan that failed pushed nothing, and rung 2 never ran
+    instances = [ti for ti in instances if ti.task_id != "sweep.rung_2"]
+    with Session(metadata_db) as session:
+        store_sweep(session, "d", "plan-failed", instances, xcoms, {"sweep.plan_2": "failed"})
+    data = _load(metadata_db, "plan-failed")
+    assert {t["id"] for t in data["trials"] if t["stop"] == "sweep stopped"} == {"t3", "t4", "t7"}
+    assert data["rungs"][2]["stopped"] == "its plan sweep.plan_2 failed: no trial went on"
+    assert "pending" not in {t["stop"] for t in data["trials"]}
+    assert "stopped: its plan sweep.plan_2 failed" in _page(data)
