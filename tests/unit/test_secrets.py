@@ -50,6 +50,9 @@ ALLOWED_INTERNAL = {
     # fields and XComs, and serves its pages with the lineage view's session dependency.
     ("plugins/compare.py", "airflow.models"): "comparison view: reads the metadata DB in the API server",
     ("plugins/compare_routes.py", "airflow.api_fastapi"): "comparison view: routes of the plugin's app",
+    # Its sweep layout reads a DAG run's sweep (the plans', segments' and promotion's task instances,
+    # XComs and rendered fields) the same way.
+    ("plugins/sweep_view.py", "airflow.models"): "comparison view of a sweep: reads the metadata DB",
     # Manual promotion (the same plugin) finds the DAG's promote task in its serialized DAG, the run's
     # result in XCom and the asset's latest event, checks that the caller may edit the DAG, and
     # registers the event through the machinery of Airflow's POST /api/v2/assets/events.
