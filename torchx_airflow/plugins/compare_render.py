@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from torchx_airflow.lineage.metrics import as_metric
 from torchx_airflow.plugins.render import STATE_CLASS
 from torchx_airflow.plugins.text import link_target
 
@@ -163,23 +164,11 @@ def render_table(data: Mapping[str, Any], query: Mapping[str, Any], promote_url:
     )
 
 
-def finite_float(value: Any) -> float | None:
-    """``value`` as a float when it is a finite number (not a boolean; an int past a float's range is
-    not); None otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
-
-
 def finite_points(points: Sequence[Sequence[Any]]) -> list[list[float]]:
     """The points ``[x, y]`` whose coordinates are both finite numbers, as floats; others dropped."""
     kept = []
     for point in points:
-        x, y = (finite_float(point[0]), finite_float(point[1])) if len(point) == 2 else (None, None)
+        x, y = (as_metric(point[0]), as_metric(point[1])) if len(point) == 2 else (None, None)
         if x is not None and y is not None:
             kept.append([x, y])
     return kept

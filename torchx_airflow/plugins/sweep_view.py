@@ -25,7 +25,6 @@ it left out).
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ from torchx_airflow.lineage.keys import (
     XCOM_SWEEP,
     XCOM_SWEEP_SPEC,
 )
-from torchx_airflow.lineage.metrics import metric_series
+from torchx_airflow.lineage.metrics import as_metric, metric_series
 from torchx_airflow.lineage.promotion import recorded_metrics
 from torchx_airflow.plugins.airflow_runs import (
     DEFAULT_TORCHX_CONN_ID,
@@ -82,14 +81,6 @@ FINISHED, NOT_CHOSEN, FAILED, SWEEP_STOPPED, PENDING, NOT_SHOWN = (
 )
 #: a plan's task states that stop the sweep before its rung
 PLAN_FAILED = ("failed", "upstream_failed")
-
-
-def _finite(value: Any) -> float | None:
-    """``value`` as a float when it is a finite number (not a boolean); None otherwise (the check of
-    ``sweeps.halving.finite``: sweeps/ is a room above this one)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
 
 
 def sweep_of(task_ids: Iterable[str], task_id: str) -> str | None:
@@ -561,7 +552,7 @@ def _spec(plans: Mapping[int, Mapping[str, Any]], promoted: Any) -> dict[str, An
     for rung in sorted(plans):
         spec = plans[rung].get(XCOM_SWEEP_SPEC)
         if isinstance(spec, Mapping) and isinstance(spec.get("objective"), str):
-            budgets = [_finite(b) for b in spec.get("budgets") or []]
+            budgets = [as_metric(b) for b in spec.get("budgets") or []]
             return {
                 "objective": spec["objective"],
                 "mode": "max" if spec.get("mode") == "max" else "min",
@@ -615,8 +606,8 @@ def _segment(
         map_index=ti.map_index,
         task_state=str(ti.state) if ti.state else None,
         state=result.get("state") if isinstance(result.get("state"), str) else None,
-        budget=_finite((trial or {}).get("budget")),
-        previous_budget=_finite((trial or {}).get("previous_budget")),
+        budget=as_metric((trial or {}).get("budget")),
+        previous_budget=as_metric((trial or {}).get("previous_budget")),
         value=value,
         cache_hit=bool(result.get("cache_hit")),
         cost=total,
@@ -660,7 +651,7 @@ def _spent(plans: Mapping[int, Mapping[str, Any]]) -> float | None:
     for rung in sorted(plans, reverse=True):
         record = plans[rung].get(XCOM_SWEEP)
         if isinstance(record, Mapping):
-            return _finite(record.get("spent"))
+            return as_metric(record.get("spent"))
     return None
 
 
@@ -723,7 +714,7 @@ def _mark_promoted(view: SweepView, trials: Mapping[int, Trial], promoted: Any) 
                 "trial": trial.id,
                 "rung": rung,
                 "map_index": map_index,
-                "value": _finite(promoted.get("value")),
+                "value": as_metric(promoted.get("value")),
                 "path": promoted.get("path") if isinstance(promoted.get("path"), str) else None,
             }
             return

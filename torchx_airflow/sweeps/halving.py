@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchx_airflow.exceptions import TorchXInputError
+from torchx_airflow.lineage.metrics import as_metric
 
 ALGORITHMS = ("successive_halving", "grid", "hyperband")
 #: names a trial's template offers besides its parameters
@@ -30,13 +31,6 @@ RESERVED = frozenset(
 )
 #: trials a sweep may have (a search space's product)
 MAX_TRIALS = 100_000
-
-
-def finite(value: Any) -> float | None:
-    """``value`` as a float when it is a finite number (not a boolean); None otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
 
 
 def expand_space(search_space: Mapping[str, Sequence[Any]], where: str) -> list[dict[str, Any]]:
@@ -114,7 +108,7 @@ def choose(values: Sequence[tuple[int, Any]], keep: int, mode: str) -> list[int]
     ties go to the earliest trial. One sort (faster than a bounded heap at a third kept: make bench)."""
     sign = 1.0 if mode == "min" else -1.0
     ranked = sorted(
-        (sign * number, index) for index, value in values if (number := finite(value)) is not None
+        (sign * number, index) for index, value in values if (number := as_metric(value)) is not None
     )
     return [index for _, index in ranked[:keep]]
 

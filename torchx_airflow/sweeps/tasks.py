@@ -36,9 +36,10 @@ from torchx_airflow.lineage.keys import (
     XCOM_SWEEP,
     XCOM_SWEEP_SPEC,
 )
+from torchx_airflow.lineage.metrics import as_metric
 from torchx_airflow.operators.promote import TorchXPromoteOperator
 from torchx_airflow.policies.cost.usage import cost_total, spent_total
-from torchx_airflow.sweeps.halving import choose, finite, survivors
+from torchx_airflow.sweeps.halving import choose, survivors
 from torchx_airflow.sweeps.segment import RESULT_TRIAL, XCOM_SEGMENT_SPENT, trial_view
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def _own_trial(result: Any, planned: Mapping[str, Any], count: int) -> Mapping[s
     if not isinstance(own, Mapping):
         return planned
     index = own.get("index")
-    if isinstance(index, int) and 0 <= index < count and finite(own.get("budget")) is not None:
+    if isinstance(index, int) and 0 <= index < count and as_metric(own.get("budget")) is not None:
         return own
     return planned
 
@@ -522,7 +523,7 @@ def best_task(results: Mapping[str, Sequence[Any]], objective: str, mode: str) -
         for value in values:
             if not isinstance(value, Mapping) or value.get("state") != "SUCCEEDED":
                 continue
-            number = finite(recorded_metrics(value).get(objective))
+            number = as_metric(recorded_metrics(value).get(objective))
             if number is not None and (best is None or sign * number < best[0]):
                 best = (sign * number, task_id)
     return best[1] if best else None
