@@ -30,11 +30,13 @@ GRAPH_READS = 64
 
 
 def parallel_map(fn: Callable[[str], Any], items: Sequence[str]) -> list[Any]:
-    """``[fn(item) for item in items]``, overlapped in a small thread pool."""
-    if len(items) < 2:
+    """``[fn(item) for item in items]``, the first in this thread (what a store's read imports on
+    first use, MLflow's modules, is imported by one thread), the rest overlapped in a small pool."""
+    if len(items) < 3:
         return [fn(item) for item in items]
-    with ThreadPoolExecutor(max_workers=min(READ_WORKERS, len(items))) as pool:
-        return list(pool.map(fn, items))
+    first = fn(items[0])
+    with ThreadPoolExecutor(max_workers=min(READ_WORKERS, len(items) - 1)) as pool:
+        return [first, *pool.map(fn, items[1:])]
 
 
 def _names(by_run: dict[str, Any]) -> dict[str, tuple[str, ...]]:

@@ -93,11 +93,15 @@ def test_a_store_with_a_whole_graph_is_listed_once_per_walk(store, job):
     assert len(snapshots) == 1
 
 
-def test_parallel_map_keeps_the_order_and_overlaps_the_reads():
+def test_parallel_map_reads_the_first_alone_then_overlaps_the_rest_in_order():
     started = threading.Barrier(3, timeout=10)  # three reads must be under way at once to pass it
     finished = {item: threading.Event() for item in "123"}
+    first_thread = []
 
     def read(item: str) -> str:
+        if item == "0":  # alone, in the caller's thread: it imports what a store's read needs once
+            first_thread.append(threading.current_thread())
+            return "read-0"
         started.wait()
         after = str(int(item) + 1)  # the reads finish last to first: the answer must not follow that
         if after in finished:
@@ -105,5 +109,6 @@ def test_parallel_map_keeps_the_order_and_overlaps_the_reads():
         finished[item].set()
         return f"read-{item}"
 
-    assert parallel_map(read, ["1", "2", "3"]) == ["read-1", "read-2", "read-3"]
+    assert parallel_map(read, ["0", "1", "2", "3"]) == ["read-0", "read-1", "read-2", "read-3"]
+    assert first_thread == [threading.current_thread()]
     assert parallel_map(str.upper, ["x"]) == ["X"]
