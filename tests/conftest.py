@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -87,6 +88,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         from tests.services import stop_shared_servers
 
         stop_shared_servers(Path(os.environ.pop(SHARED_SERVERS)))
+    shutil.rmtree(_HOME, ignore_errors=True)  # this process's Airflow home: nothing is left in /tmp
 
 
 def _is_xdist_controller(config: pytest.Config) -> bool:
