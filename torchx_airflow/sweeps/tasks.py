@@ -67,11 +67,9 @@ def _own_trial(result: Any, planned: Mapping[str, Any], count: int) -> Mapping[s
     return planned
 
 
-def cost_spent(result: Any) -> float | None:
-    """What a segment's worker recorded it spent (``policies.cost.usage.spent_total``): its last
-    job's cost, plus what each earlier attempt of it recorded; 0 for a cache hit; None when the worker
-    recorded no cost at all."""
-    return spent_total(result)
+def _trained(trial: Mapping[str, Any]) -> float:
+    """The units of budget a segment of ``trial`` trains: from its previous budget to its budget."""
+    return max(float(trial["budget"]) - float(trial.get("previous_budget") or 0), 0.0)
 
 
 def cost_of_training(result: Any) -> float | None:
@@ -120,6 +118,7 @@ class TorchXSweepPlanOperator(BaseOperator):
         self.app_parts = dict(app_parts or {})  # component, component_args, app, env, app_name
         self.torchx_conn_id = torchx_conn_id
         self.checkpoint_artifact = checkpoint_artifact
+        self._read_settings: dict[str, Any] = {}  # connection id -> its settings, read at execute
 
     def execute(
         self, context: Context, event: dict[str, Any] | None = None, **parked: Any
@@ -178,25 +177,26 @@ class TorchXSweepPlanOperator(BaseOperator):
         recorded = [self._value(result) for result in results]
         # what each segment spent: its result's, else (its task failed) what its worker pushed
         spent = [
-            cost_spent(r if isinstance(r, Mapping) else f) for r, f in zip(results, failed_spent, strict=True)
+            spent_total(r if isinstance(r, Mapping) else f)
+            for r, f in zip(results, failed_spent, strict=True)
         ]
         if self.max_cost is not None:  # none recorded (a job whose end its task never saw): its estimate
+            # (no result: ``trials[i]`` is the plan's record of the segment)
             unknown = {
-                int(before[i]["trial"]["index"]): float(before[i]["trial"]["budget"])
-                - float(before[i]["trial"].get("previous_budget") or 0)
+                int(trials[i]["index"]): _trained(trials[i])
                 for i in indexes
                 if spent[i] is None and not isinstance(results[i], Mapping)
             }
             priced = self._requested(context, unknown, rung=self.rung - 1) if unknown else {}
             for i in indexes:
-                index = int(before[i]["trial"]["index"])
+                index = int(trials[i]["index"])
                 if spent[i] is None and index in priced:
                     spent[i] = priced[index].total
                     self.log.warning(
                         "Segment %s of trial %s recorded no cost (its task failed before it saw its job "
                         "end): counted at its estimate, %.4f",
                         i,
-                        before[i]["trial"]["id"],
+                        trials[i]["id"],
                         priced[index].total,
                     )
         state["spent"] = float(state.get("spent") or 0.0) + sum(x or 0.0 for x in spent)
@@ -236,10 +236,13 @@ class TorchXSweepPlanOperator(BaseOperator):
         return str(self.render_template(self.torchx_conn_id or TORCHX_DEFAULT_CONN_ID, context))
 
     def _settings(self, context: Context) -> Any:
-        """The torchx connection's settings (its price table, its approvers)."""
+        """The torchx connection's settings (its price table, its approvers), read once per plan."""
         from torchx_airflow.hooks.torchx import TorchXHook
 
-        return TorchXHook(self._conn_id(context)).settings
+        conn_id = self._conn_id(context)
+        if conn_id not in self._read_settings:
+            self._read_settings[conn_id] = TorchXHook(conn_id).settings
+        return self._read_settings[conn_id]
 
     def _within_budget(
         self,
@@ -413,9 +416,7 @@ class TorchXSweepPlanOperator(BaseOperator):
         }
         segment: dict[str, Any] = {"trial": trial}
         if self.unit_duration is not None:  # each segment's own estimate: what it trains
-            segment["expected_duration"] = (
-                self.unit_duration * max(float(budget) - float(previous), 0.0) or None
-            )
+            segment["expected_duration"] = self.unit_duration * _trained(trial) or None
         return segment
 
     def _publish(
@@ -479,7 +480,7 @@ class TorchXSweepPlanOperator(BaseOperator):
         units: dict[int, float] = {}
         for i, (trial, result) in enumerate(zip(trials, results, strict=True)):
             cost = cost_of_training(result)
-            trained = float(trial["budget"]) - float(trial.get("previous_budget") or 0)
+            trained = _trained(trial)
             if cost is not None:
                 units[i] = cost / trained if trained > 0 else cost
         # what each chosen trial's app requests is the floor: a job that ended early is not cheaper

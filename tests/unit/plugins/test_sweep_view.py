@@ -335,14 +335,14 @@ def test_a_tracker_s_series_does_not_set_the_axes_of_the_recorded_curves():
 def test_a_segment_s_cost_counts_its_resubmitted_attempts_as_the_plans_count_them():
     """A job the infrastructure ended and its task resubmitted: the Cost column is what the plan
     counted against max_cost (``policies.cost.usage.spent_total``), not the last job's alone."""
-    from torchx_airflow.sweeps.tasks import cost_spent
+    from torchx_airflow.policies.cost.usage import spent_total
 
     instances, xcoms = simulate_sweep(SPACE, BUDGETS, loss)
     result = xcoms[("sweep.rung_0", 4)]["return_value"]
     result["attempts"] = [{"cost": {"actual": {"total": 0.75, "currency": "USD"}}}, {"cost": result["cost"]}]
     data = _view(instances, xcoms)
     winner = data["trials"][0]
-    assert winner["id"] == "t4" and winner["segments"][0]["cost"] == cost_spent(result) == 1.75
+    assert winner["id"] == "t4" and winner["segments"][0]["cost"] == spent_total(result) == 1.75
     assert re.search(r'<tr data-trial="t4".*?<td class="num">9.75 USD</td></tr>', _page(data))
 
 

@@ -16,6 +16,7 @@ from torchx_airflow.exceptions import TorchXConfigError
 from torchx_airflow.lineage.keys import XCOM_LINEAGE_PARENTS, XCOM_RUN_ID, XCOM_SUBMITTED_APP
 from torchx_airflow.operators.promote import TorchXPromoteOperator
 from torchx_airflow.policies.cost.approval import ASKED_KEY
+from torchx_airflow.policies.cost.usage import spent_total
 from torchx_airflow.sweeps.tasks import (
     RESULT_TRIAL,
     XCOM_SEGMENT_SPENT,
@@ -24,7 +25,6 @@ from torchx_airflow.sweeps.tasks import (
     TorchXSweepError,
     TorchXSweepPlanOperator,
     TorchXSweepPromoteOperator,
-    cost_spent,
 )
 
 TRIALS = [{"lr": lr} for lr in (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)]
@@ -366,9 +366,9 @@ def test_what_a_segment_spent_counts_its_earlier_attempts():
         "cost": {"actual": {"total": 1.0}},
         "attempts": [{"app_handle": "a", "cost": {"actual": {"total": 5.0}}}, {"app_handle": "b"}],
     }
-    assert cost_spent(result) == 6.0
-    assert cost_spent({"cost": 0.0, "cache_hit": True}) == 0.0
-    assert cost_spent({"state": "SUCCEEDED"}) is None
+    assert spent_total(result) == 6.0
+    assert spent_total({"cost": 0.0, "cache_hit": True}) == 0.0
+    assert spent_total({"state": "SUCCEEDED"}) is None
 
 
 def test_a_segment_that_recorded_no_cost_at_all_counts_at_its_estimate(priced):

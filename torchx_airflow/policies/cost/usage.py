@@ -22,7 +22,6 @@ The usage and cost go into the task's result (``usage``, ``cost``), the tracker 
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from torchx_airflow.apps import json_safe
 from torchx_airflow.exceptions import TorchXConfigError
 from torchx_airflow.lineage.keys import COST_KEY, USAGE_KEY
+from torchx_airflow.lineage.metrics import as_metric
 from torchx_airflow.policies.cost.pricing import (
     CostEstimate,
     actual_cost,
@@ -167,9 +167,9 @@ def cost_total(cost: Any) -> float | None:
     if not isinstance(cost, Mapping):
         return None
     for figure in (cost.get("actual"), cost.get("estimate")):
-        total = figure.get("total") if isinstance(figure, Mapping) else None
-        if isinstance(total, int | float) and not isinstance(total, bool) and math.isfinite(total):
-            return float(total)
+        total = as_metric(figure.get("total")) if isinstance(figure, Mapping) else None
+        if total is not None:
+            return total
     return None
 
 
@@ -186,19 +186,13 @@ def spent_total(result: Any) -> float | None:
     if not isinstance(result, Mapping):
         return None
     cost = result.get("cost")
-    total = cost_total(cost) if isinstance(cost, Mapping) else _finite(cost)
+    total = cost_total(cost) if isinstance(cost, Mapping) else as_metric(cost)
     attempts = result.get("attempts")
     for attempt in attempts[:-1] if isinstance(attempts, list) else []:  # the last one is ``cost``
         earlier = cost_total(attempt.get("cost")) if isinstance(attempt, Mapping) else None
         if earlier is not None:
             total = (total or 0.0) + earlier
     return total
-
-
-def _finite(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
 
 
 class RunAccounting:
